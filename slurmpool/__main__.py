@@ -1,0 +1,3 @@
+from slurmpool.cli import main
+
+main()

@@ -81,7 +81,7 @@ class PlacementEngine:
             self._masks[p.name]
             for p in sorted(geo.standard_profiles(), key=lambda p: (-p.slices, -p.memory_slices))
         ]
-        self._best: dict[tuple[str, int], Placement | None] = {}
+        self._best: dict[tuple[str, int], tuple[Placement, tuple[int, ...]] | None] = {}
 
     # -- lookups -------------------------------------------------------------
 
@@ -173,19 +173,16 @@ class PlacementEngine:
                 return f"{self.model.name} allows at most {p.max_count} x {p.name}, asked for {n}"
         need = sum(p.memory_slices for p in resolved)
         if need > self.memory_slices:
-            return (
-                f"they need {need} memory slices and {self.model.name} has {self.memory_slices}"
-            )
+            return f"they need {need} memory slices and {self.model.name} has {self.memory_slices}"
         compute = sum(p.slices for p in resolved)
         total = self.model.require_mig().compute_slices
         if compute > total:
             return f"they need {compute} compute slices and {self.model.name} has {total}"
-        return (
-            "their placements overlap: "
-            + ", ".join(
-                f"{p.name} can only start at {{{','.join(str(pl.start) for pl in self.placements(p.name))}}}"
-                for p in resolved
-            )
+        starts = {
+            p.name: ",".join(str(pl.start) for pl in self.placements(p.name)) for p in resolved
+        }
+        return "their placements overlap: " + ", ".join(
+            f"{name} can only start at {{{s}}}" for name, s in starts.items()
         )
 
     # -- internals -------------------------------------------------------------
@@ -194,19 +191,27 @@ class PlacementEngine:
         return sum(1 for i in instances if i.profile == p.name) >= p.max_count
 
     def _choose_mask(self, name: str, occ: int) -> Placement | None:
+        decided = self._decide(name, occ)
+        return None if decided is None else decided[0]
+
+    def _decide(self, name: str, occ: int) -> tuple[Placement, tuple[int, ...]] | None:
+        """Best placement of ``name`` on occupancy ``occ`` and the capacity it costs (memoised)."""
         key = (name, occ)
         try:
             return self._best[key]
         except KeyError:
             pass
-        best: Placement | None = None
+        before = self.score_after(occ)
+        best: tuple[Placement, tuple[int, ...]] | None = None
         best_score: tuple[tuple[int, ...], int] | None = None
         for m, pl in self._masks[name]:
             if m & occ:
                 continue
-            score = (self.score_after(occ | m), pl.start)
+            after = self.score_after(occ | m)
+            score = (after, pl.start)
             if best_score is None or score > best_score:
-                best, best_score = pl, score
+                loss = tuple(b - a for b, a in zip(before, after, strict=True))
+                best, best_score = (pl, loss), score
         self._best[key] = best
         return best
 
@@ -250,13 +255,13 @@ def choose_gpu(gpus: Sequence[GpuOccupancy], profile: str) -> NodeChoice | None:
     best_key: tuple[tuple[int, ...], int] | None = None
     for gpu in gpus:
         eng = engine_for(gpu.model)
-        pl = eng.choose(profile, gpu.instances)
-        if pl is None:
+        p = eng.profile(profile)
+        if eng._at_max(p, gpu.instances):
             continue
-        occ = occupancy(gpu.instances)
-        before = eng.score_after(occ)
-        after = eng.score_after(occ | pl.mask)
-        loss = tuple(b - a for b, a in zip(before, after, strict=True))
+        decided = eng._decide(p.name, occupancy(gpu.instances))
+        if decided is None:
+            continue
+        pl, loss = decided
         key = (loss, gpu.index)
         if best_key is None or key < best_key:
             best, best_key = NodeChoice(gpu.index, pl), key

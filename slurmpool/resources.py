@@ -18,7 +18,9 @@ def _data_dir(name: str) -> Path:
     source = _PKG.parent / name
     if source.is_dir():
         return source
-    raise FileNotFoundError(f"slurmpool data directory {name!r} not found in {packaged} or {source}")
+    raise FileNotFoundError(
+        f"slurmpool data directory {name!r} not found in {packaged} or {source}"
+    )
 
 
 def gres_dir() -> Path:

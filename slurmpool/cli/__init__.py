@@ -16,6 +16,8 @@ from slurmpool import __version__
 COMMANDS: dict[str, str] = {
     "models": "slurmpool.cli.models:models",
     "mig": "slurmpool.cli.mig:mig",
+    "policy": "slurmpool.cli.policy:policy",
+    "generate-config": "slurmpool.cli.generate:generate_config",
 }
 
 

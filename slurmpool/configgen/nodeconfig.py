@@ -1,0 +1,144 @@
+"""The compiled node config (``node-config.json``) the job hooks read.
+
+Everything a hook needs at job time, without the policy, YAML, jinja2 or
+the catalogue: the hooks load this on every job start, so this module
+imports only the standard library and :mod:`slurmpool.hostlist`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurmpool.hostlist import HostList
+
+NODE_CONFIG_SCHEMA = 1
+NODE_CONFIG_NAME = "node-config.json"
+
+
+class NodeConfigError(ValueError):
+    """The node config is missing, unreadable or of another schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpu:
+    index: int
+    minor: int
+    model: str
+    mode: str  # passthrough | mig | mig-static | shared
+    shares: int
+    mps: bool
+    vfio: bool
+    layout: tuple[str, ...]
+    slurm_type: str
+
+    @property
+    def pooled(self) -> bool:
+        return self.mode in ("mig", "shared")
+
+
+@dataclass(frozen=True)
+class NodeClassConfig:
+    name: str
+    hostlist: str
+    vgpu_unit: str | None  # "compute-slice" | "share" | None
+    units_per_gpu: int
+    vgpu_count: int
+    gpus: tuple[NodeGpu, ...]
+    _compiled: HostList
+
+    def contains(self, nodename: str) -> bool:
+        return self._compiled.contains(nodename)
+
+    @property
+    def pooled_gpus(self) -> tuple[NodeGpu, ...]:
+        return tuple(g for g in self.gpus if g.pooled)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    cluster: str
+    gpu_backend: str
+    accounting: bool
+    slurm_version: str
+    paths: dict[str, str]
+    hooks: dict[str, int]
+    # model -> {vgpu count: profile name}
+    profiles: dict[str, dict[int, str]]
+    classes: tuple[NodeClassConfig, ...]
+
+    def node_class(self, nodename: str) -> NodeClassConfig | None:
+        """The class of ``nodename`` (SLURMD_NODENAME), or None if no class has it."""
+        for c in self.classes:
+            if c.contains(nodename):
+                return c
+        return None
+
+    def profile_for(self, model: str, count: int) -> str | None:
+        """The MIG profile a ``vgpu:count`` request gets on one GPU of ``model``."""
+        return self.profiles.get(model, {}).get(count)
+
+
+def _gpu(d: dict[str, Any]) -> NodeGpu:
+    return NodeGpu(
+        index=int(d["index"]),
+        minor=int(d["minor"]),
+        model=str(d["model"]),
+        mode=str(d["mode"]),
+        shares=int(d["shares"]),
+        mps=bool(d["mps"]),
+        vfio=bool(d["vfio"]),
+        layout=tuple(d["layout"]),
+        slurm_type=str(d["slurm_type"]),
+    )
+
+
+def parse_node_config(data: Any, source: str = NODE_CONFIG_NAME) -> NodeConfig:
+    if not isinstance(data, dict) or data.get("schema") != NODE_CONFIG_SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise NodeConfigError(
+            f"{source}: expected node config schema {NODE_CONFIG_SCHEMA}, got {got!r}"
+        )
+    try:
+        classes = tuple(
+            NodeClassConfig(
+                name=str(c["name"]),
+                hostlist=str(c["hostlist"]),
+                vgpu_unit=c["vgpu_unit"],
+                units_per_gpu=int(c["units_per_gpu"]),
+                vgpu_count=int(c["vgpu_count"]),
+                gpus=tuple(_gpu(g) for g in c["gpus"]),
+                _compiled=HostList(str(c["hostlist"])),
+            )
+            for c in data["node_classes"]
+        )
+        return NodeConfig(
+            cluster=str(data["cluster"]),
+            gpu_backend=str(data["gpu_backend"]),
+            accounting=bool(data["accounting"]),
+            slurm_version=str(data["slurm_version"]),
+            paths={str(k): str(v) for k, v in data["paths"].items()},
+            hooks={str(k): int(v) for k, v in data["hooks"].items()},
+            profiles={
+                m: {int(n): str(p) for n, p in table.items()}
+                for m, table in data["profiles"].items()
+            },
+            classes=classes,
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise NodeConfigError(f"{source}: malformed node config: {err!r}") from None
+
+
+def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
+    """Read ``node-config.json`` (written by ``generate-config`` / ``install``)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as err:
+        raise NodeConfigError(f"{p}: cannot read: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise NodeConfigError(f"{p}: line {err.lineno}: invalid JSON: {err.msg}") from None
+    return parse_node_config(data, str(p))

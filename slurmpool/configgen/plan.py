@@ -1,0 +1,252 @@
+"""What the generated files say, computed from the policy (pure, no templates).
+
+One node group is one node class: one NodeName line, one block of gres.conf
+lines and one entry of the node config, whatever the number of nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmpool.catalogue import Catalogue, GpuModel
+from slurmpool.configgen.inventory import ConfigError, Inventory, InventoryGpu
+from slurmpool.configgen.nodeconfig import NODE_CONFIG_SCHEMA
+from slurmpool.placement import engine_for
+from slurmpool.policy.model import GpuSpec, NodeGroup, Policy
+from slurmpool.policy.validate import carve_sizes
+
+HOOK_NAMES = {
+    "Prolog": "prolog",
+    "TaskProlog": "task-prolog",
+    "Epilog": "epilog",
+    "EpilogSlurmctld": "epilog-slurmctld",
+}
+
+
+def mig_type_name(spec: GpuSpec, profile: str) -> str:
+    """Slurm's MIG gpu type: ``<model up to '-'>_<profile>`` (a100_3g.40gb)."""
+    return f"{spec.slurm_type}_{profile}"
+
+
+def gi_id_for(start: int, size: int, memory_slices: int) -> int:
+    """The GPU instance id the driver gives a placement on a fresh board.
+
+    GI ids are numbered by size, then position (full 0, halves 1-2,
+    quarters 3-6, eighths 7-14).  Only an estimate: the driver assigns ids,
+    so an inventory read back from the GPU wins whenever one is given.
+    """
+    return memory_slices // size - 1 + start // size
+
+
+def cap_minors(gpu_minor: int, gi_id: int, ci_id: int) -> tuple[int, int]:
+    """mig-minors numbering: gi = 3 + 135*gpu + 9*gi, ci = gi + 1 + ci."""
+    gi = 3 + 135 * gpu_minor + 9 * gi_id
+    return gi, gi + 1 + ci_id
+
+
+@dataclass
+class GresLine:
+    text: str
+    comment: str = ""
+
+
+@dataclass
+class NodeClass:
+    group: NodeGroup
+    nodename: str  # the full NodeName= line
+    gres: list[GresLine] = field(default_factory=list)
+    node_config: dict[str, Any] = field(default_factory=dict)
+
+
+def _static_instances(
+    spec: GpuSpec, model: GpuModel, found: InventoryGpu | None, minor: int
+) -> list[tuple[str, int, int, str]]:
+    """(profile, gi minor, ci minor, provenance) of each instance of a mig-static GPU."""
+    if found is not None and found.instances:
+        wanted = sorted(spec.layout)
+        have = sorted(i.profile for i in found.instances)
+        if have != wanted:
+            raise ConfigError(
+                f"GPU {spec.index} has MIG instances {', '.join(have)}, but the policy's "
+                f"mig-static layout is {', '.join(wanted)}; apply the layout and rediscover"
+            )
+        out = []
+        for inst in sorted(found.instances, key=lambda i: (i.gi_id, i.ci_id)):
+            gi, ci = cap_minors(minor, inst.gi_id, inst.ci_id)
+            out.append(
+                (
+                    inst.profile,
+                    inst.gi_minor if inst.gi_minor is not None else gi,
+                    inst.ci_minor if inst.ci_minor is not None else ci,
+                    "inventory",
+                )
+            )
+        return out
+    geo = model.require_mig()
+    placements = engine_for(model).plan(list(spec.layout))
+    assert placements is not None  # validation planned this layout already
+    out = []
+    for profile, pl in zip(spec.layout, placements, strict=True):
+        gi, ci = cap_minors(minor, gi_id_for(pl.start, pl.size, geo.memory_slices), 0)
+        out.append((profile, gi, ci, "estimated"))
+    return sorted(out, key=lambda t: t[1])
+
+
+def _gpu_files(devices: str, minor: int) -> str:
+    return f"{devices}/nvidia{minor}"
+
+
+def plan_class(
+    group: NodeGroup, inv: Inventory | None, policy: Policy, cat: Catalogue
+) -> NodeClass:
+    devices = policy.paths.devices_root.rstrip("/") or ""
+    nodes = group.nodes
+    lines: list[GresLine] = []
+    gres_counts: dict[str, int] = {}
+    gpus_out: list[dict[str, Any]] = []
+    for spec in group.gpus:
+        model = cat.get(spec.model)
+        found = inv.gpu(spec.index) if inv is not None else None
+        minor = found.minor if found is not None else spec.index
+        cores = spec.cores or (found.cpu_affinity if found is not None else None)
+        cores_opt = f" Cores={cores}" if cores else ""
+        entry: dict[str, Any] = {
+            "index": spec.index,
+            "minor": minor,
+            "model": spec.model,
+            "mode": spec.mode,
+            "shares": spec.shares,
+            "mps": spec.mps,
+            "vfio": spec.vfio,
+            "layout": list(spec.layout),
+            "slurm_type": spec.slurm_type,
+        }
+        if spec.mode == "passthrough":
+            lines.append(
+                GresLine(
+                    f"NodeName={nodes} Name=gpu Type={spec.slurm_type} "
+                    f"File={_gpu_files(devices, minor)}{cores_opt}",
+                    f"GPU {spec.index}: {spec.model}, whole GPU" + (", vfio" if spec.vfio else ""),
+                )
+            )
+            gres_counts[f"gpu:{spec.slurm_type}"] = gres_counts.get(f"gpu:{spec.slurm_type}", 0) + 1
+        elif spec.mode == "mig-static":
+            instances = _static_instances(spec, model, found, minor)
+            for profile, gi, ci, how in instances:
+                t = mig_type_name(spec, profile)
+                lines.append(
+                    GresLine(
+                        f"NodeName={nodes} Name=gpu Type={t} MultipleFiles="
+                        f"{_gpu_files(devices, minor)},{devices}/nvidia-caps/nvidia-cap{gi},"
+                        f"{devices}/nvidia-caps/nvidia-cap{ci}{cores_opt}",
+                        f"GPU {spec.index}: {spec.model} {profile} (cap minors {how})",
+                    )
+                )
+                gres_counts[f"gpu:{t}"] = gres_counts.get(f"gpu:{t}", 0) + 1
+        gpus_out.append(entry)
+    if group.vgpu_count:
+        pooled = ", ".join(str(g.index) for g in group.pooled_gpus)
+        lines.append(
+            GresLine(
+                f"NodeName={nodes} Name=vgpu Count={group.vgpu_count}",
+                f"GPUs {pooled}: pooled, {group.units_per_gpu} vgpu ({group.vgpu_unit}) each",
+            )
+        )
+    gres = [f"{k}:{v}" for k, v in sorted(gres_counts.items())]
+    if group.vgpu_count:
+        gres.append(f"vgpu:{group.vgpu_count}")
+    params = [
+        f"NodeName={nodes}",
+        f"CPUs={group.cpus}",
+        f"RealMemory={group.real_memory_mib}",
+    ]
+    if gres:
+        params.append(f"Gres={','.join(gres)}")
+    options = dict(group.slurm_node_options)
+    options.setdefault("State", "UNKNOWN")
+    params += [f"{k}={v}" for k, v in options.items()]
+    node_config = {
+        "name": group.name,
+        "hostlist": nodes,
+        "vgpu_unit": group.vgpu_unit,
+        "units_per_gpu": group.units_per_gpu,
+        "vgpu_count": group.vgpu_count,
+        "gpus": gpus_out,
+    }
+    return NodeClass(group=group, nodename=" ".join(params), gres=lines, node_config=node_config)
+
+
+def profile_table(model: GpuModel) -> dict[str, str]:
+    """vgpu count (as a string key) -> the smallest standard profile with that many slices."""
+    standard = model.require_mig().standard_profiles()
+    out = {}
+    for n in range(1, model.require_mig().compute_slices + 1):
+        p = next((q for q in standard if q.slices >= n), None)
+        if p is not None:
+            out[str(n)] = p.name
+    return out
+
+
+@dataclass
+class LuaPool:
+    """What job_submit.lua knows about one partition's pool."""
+
+    partition: str
+    units: int  # vgpu units of one GPU
+    max_gpus: int  # pooled GPUs on the largest node
+    sizes: tuple[int, ...]  # counts one GPU can hand out, smallest first
+    unit: str
+    labels: dict[int, str]  # size -> what the user gets ("7g", "2 of 4 shares")
+
+
+def lua_pools(policy: Policy, cat: Catalogue) -> list[LuaPool]:
+    pools = []
+    for part in policy.partitions:
+        groups = [policy.group(n) for n in part.node_groups]
+        pooled = [g for g in groups if g.vgpu_unit is not None]
+        if not pooled:
+            continue
+        g0 = pooled[0]
+        sizes = carve_sizes(g0, cat)
+        if g0.vgpu_unit == "compute-slice":
+            labels = {s: f"{s}g MIG instance" for s in sizes}
+        else:
+            labels = {s: f"{s}/{g0.units_per_gpu} of a GPU" for s in sizes}
+        pools.append(
+            LuaPool(
+                partition=part.name,
+                units=g0.units_per_gpu,
+                max_gpus=max(len(g.pooled_gpus) for g in pooled),
+                sizes=sizes,
+                unit=g0.vgpu_unit or "",
+                labels=labels,
+            )
+        )
+    return pools
+
+
+def node_config(policy: Policy, classes: list[NodeClass], cat: Catalogue) -> dict[str, Any]:
+    models = sorted({g.model for c in classes for g in c.group.gpus if g.mode == "mig"})
+    return {
+        "schema": NODE_CONFIG_SCHEMA,
+        "cluster": policy.cluster,
+        "gpu_backend": policy.gpu_backend,
+        "accounting": policy.accounting,
+        "slurm_version": policy.slurm_version,
+        "paths": {
+            "state_dir": policy.paths.state_dir,
+            "hooks_dir": policy.paths.hooks_dir,
+            "devices_root": policy.paths.devices_root,
+            "mig_minors": policy.paths.mig_minors,
+            "slurm_config_dir": policy.paths.slurm_config_dir,
+        },
+        "hooks": {
+            "prolog_timeout_s": policy.hooks.prolog_timeout_s,
+            "task_prolog_timeout_s": policy.hooks.task_prolog_timeout_s,
+            "epilog_timeout_s": policy.hooks.epilog_timeout_s,
+            "epilog_slurmctld_timeout_s": policy.hooks.epilog_slurmctld_timeout_s,
+        },
+        "profiles": {m: profile_table(cat.get(m)) for m in models},
+        "node_classes": [c.node_config for c in classes],
+    }

@@ -1,0 +1,118 @@
+"""``generate``: policy (+ inventories) -> the text of every generated file."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from slurmpool.catalogue import Catalogue, default_catalogue
+from slurmpool.configgen.inventory import Inventory, match_inventories
+from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
+from slurmpool.configgen.plan import HOOK_NAMES, lua_pools, node_config, plan_class
+from slurmpool.policy.model import Policy
+from slurmpool.resources import templates_dir
+
+SLURM_FRAGMENT = "slurmpool.conf"
+GRES_CONF = "gres.conf"
+CGROUP_CONF = "cgroup.conf"
+JOB_SUBMIT_LUA = "job_submit.lua"
+
+
+def lua_string(value: object) -> str:
+    """A Lua 5.1 literal for ``value`` (None -> nil); non-printable bytes become ``\\ddd``."""
+    if value is None:
+        return "nil"
+    out = ['"']
+    for byte in str(value).encode():
+        ch = chr(byte)
+        if ch.isascii() and (ch.isalnum() or ch in " _.,:/+-=()[]"):
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03d}")
+    out.append('"')
+    return "".join(out)
+
+
+@lru_cache(maxsize=4)
+def _environment(directory: str) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(directory),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["lua"] = lua_string
+    return env
+
+
+@dataclass(frozen=True)
+class GeneratedConfig:
+    """Generated files: relative name -> text, in a stable order."""
+
+    files: dict[str, str]
+
+    def write(self, out_dir: str | os.PathLike[str]) -> list[Path]:
+        """Write every file under ``out_dir`` (created if needed); return the paths."""
+        root = Path(out_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, text in self.files.items():
+            target = root / name
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o644)
+            os.replace(tmp, target)
+            written.append(target)
+        return written
+
+
+def generate(
+    policy: Policy,
+    inventories: Sequence[Inventory] | None = None,
+    catalogue: Catalogue | None = None,
+    templates: str | os.PathLike[str] | None = None,
+) -> GeneratedConfig:
+    """Render slurmpool.conf, gres.conf, cgroup.conf, job_submit.lua and node-config.json."""
+    cat = catalogue or default_catalogue()
+    by_group = match_inventories(policy, inventories or [])
+    classes = [plan_class(g, by_group.get(g.name), policy, cat) for g in policy.node_groups]
+    partitions = []
+    for p in policy.partitions:
+        params = [f"PartitionName={p.name}", f"Nodes={p.nodes}"]
+        params.append(f"Default={'YES' if p.default else 'NO'}")
+        params += [f"{k}={v}" for k, v in p.options]
+        partitions.append(" ".join(params))
+    hooks_dir = policy.paths.hooks_dir.rstrip("/")
+    default = policy.default_partition
+    context = {
+        "source": Path(policy.source).name,
+        "cluster": policy.cluster,
+        "accounting": policy.accounting,
+        "slurm_config_dir": policy.paths.slurm_config_dir.rstrip("/"),
+        "hooks": [(key, f"{hooks_dir}/{name}") for key, name in HOOK_NAMES.items()],
+        "classes": classes,
+        "partitions": partitions,
+        "cgroup_plugin": policy.cgroup_plugin,
+        "pools": lua_pools(policy, cat),
+        "partition_names": [p.name for p in policy.partitions],
+        "default_partition": default.name if default is not None else None,
+        "store_extra": policy.slurm_version_tuple >= (23, 2),
+    }
+    env = _environment(str(templates or templates_dir()))
+    lua_context = {**context, "partitions": context["partition_names"]}
+    files = {
+        SLURM_FRAGMENT: env.get_template("slurmpool.conf.j2").render(context),
+        GRES_CONF: env.get_template("gres.conf.j2").render(context),
+        CGROUP_CONF: env.get_template("cgroup.conf.j2").render(context),
+        JOB_SUBMIT_LUA: env.get_template("job_submit.lua.j2").render(lua_context),
+        NODE_CONFIG_NAME: json.dumps(node_config(policy, classes, cat), indent=2) + "\n",
+    }
+    return GeneratedConfig(files)

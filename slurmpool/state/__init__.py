@@ -1,0 +1,1 @@
+"""Node-local state: allocations and requeues (SQLite)."""

@@ -1,0 +1,271 @@
+"""The node state store: one SQLite database (WAL) per node.
+
+It records every allocation slurmpool made on the node with a two-phase
+life cycle, ``intent -> active -> releasing -> released``, so that a hook
+killed half-way leaves a record the next hook run can reconcile.  Placement
+decisions and their records happen inside one ``BEGIN IMMEDIATE``
+transaction (:meth:`NodeStore.transaction`): SQLite then lets one writer in
+at a time, and concurrent prologs on a node never pick the same slots.
+
+Standard library only: the job hooks open this on every job start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+INTENT = "intent"
+ACTIVE = "active"
+RELEASING = "releasing"
+RELEASED = "released"
+LIVE_STATES = (INTENT, ACTIVE, RELEASING)
+
+# Each entry migrates the schema from version i to i + 1.  Never edit an
+# entry once released; append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE allocations (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id          TEXT    NOT NULL,
+        user            TEXT    NOT NULL,
+        uid             INTEGER NOT NULL,
+        mode            TEXT    NOT NULL CHECK (mode IN ('mig', 'passthrough', 'shared')),
+        gpu_index       INTEGER NOT NULL,
+        gpu_uuid        TEXT    NOT NULL,
+        profile         TEXT,
+        placement_start INTEGER,
+        placement_size  INTEGER,
+        shares          INTEGER,
+        gi_id           INTEGER,
+        ci_id           INTEGER,
+        mig_uuid        TEXT,
+        cap_minors      TEXT    NOT NULL DEFAULT '[]',
+        state           TEXT    NOT NULL
+                        CHECK (state IN ('intent', 'active', 'releasing', 'released')),
+        created_at      REAL    NOT NULL,
+        updated_at      REAL    NOT NULL,
+        released_at     REAL,
+        note            TEXT    NOT NULL DEFAULT ''
+    );
+    CREATE INDEX allocations_job ON allocations (job_id);
+    CREATE INDEX allocations_live ON allocations (state) WHERE state != 'released';
+    CREATE TABLE requeues (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id  TEXT NOT NULL,
+        at      REAL NOT NULL,
+        reason  TEXT NOT NULL
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StateStoreError(RuntimeError):
+    """The state store is unusable (corrupt, newer schema, unwritable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    id: int
+    job_id: str
+    user: str
+    uid: int
+    mode: str
+    gpu_index: int
+    gpu_uuid: str
+    profile: str | None
+    placement_start: int | None
+    placement_size: int | None
+    shares: int | None
+    gi_id: int | None
+    ci_id: int | None
+    mig_uuid: str | None
+    cap_minors: tuple[int, ...]
+    state: str
+    created_at: float
+    updated_at: float
+    released_at: float | None
+    note: str
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Allocation:
+        d: dict[str, Any] = dict(row)
+        d["cap_minors"] = tuple(json.loads(d["cap_minors"]))
+        return cls(**d)
+
+
+@dataclass(slots=True)
+class NewAllocation:
+    """What a hook intends to allocate, before the hardware is touched."""
+
+    job_id: str
+    user: str
+    uid: int
+    mode: str
+    gpu_index: int
+    gpu_uuid: str
+    profile: str | None = None
+    placement_start: int | None = None
+    placement_size: int | None = None
+    shares: int | None = None
+    note: str = ""
+
+
+class NodeStore:
+    """Open (creating or migrating) the store at ``path``."""
+
+    def __init__(self, path: str | os.PathLike[str], timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE).
+            self.conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise StateStoreError(f"{self.path}: {e}") from e
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> NodeStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema ---------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        with self.transaction():
+            current = self.schema_version()
+            if current > SCHEMA_VERSION:
+                raise StateStoreError(
+                    f"{self.path}: schema version {current} is newer than this slurmpool "
+                    f"understands ({SCHEMA_VERSION}); upgrade slurmpool"
+                )
+            for version in range(current, SCHEMA_VERSION):
+                for statement in _split_sql(MIGRATIONS[version]):
+                    self.conn.execute(statement)
+                self.conn.execute(f"PRAGMA user_version = {version + 1}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken before any read that a decision depends on."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        else:
+            self.conn.execute("COMMIT")
+
+    # -- allocations ------------------------------------------------------------
+
+    def live(self) -> list[Allocation]:
+        """Allocations not yet released (intent, active, releasing)."""
+        rows = self.conn.execute(
+            "SELECT * FROM allocations WHERE state != 'released' ORDER BY id"
+        ).fetchall()
+        return [Allocation.from_row(r) for r in rows]
+
+    def for_job(self, job_id: str, include_released: bool = False) -> list[Allocation]:
+        sql = "SELECT * FROM allocations WHERE job_id = ?"
+        if not include_released:
+            sql += " AND state != 'released'"
+        rows = self.conn.execute(sql + " ORDER BY id", (job_id,)).fetchall()
+        return [Allocation.from_row(r) for r in rows]
+
+    def get(self, alloc_id: int) -> Allocation:
+        row = self.conn.execute("SELECT * FROM allocations WHERE id = ?", (alloc_id,)).fetchone()
+        if row is None:
+            raise KeyError(alloc_id)
+        return Allocation.from_row(row)
+
+    def add_intent(self, new: NewAllocation) -> int:
+        now = time.time()
+        cur = self.conn.execute(
+            """INSERT INTO allocations (job_id, user, uid, mode, gpu_index, gpu_uuid, profile,
+                   placement_start, placement_size, shares, state, created_at, updated_at, note)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'intent', ?, ?, ?)""",
+            (
+                new.job_id,
+                new.user,
+                new.uid,
+                new.mode,
+                new.gpu_index,
+                new.gpu_uuid,
+                new.profile,
+                new.placement_start,
+                new.placement_size,
+                new.shares,
+                now,
+                now,
+                new.note,
+            ),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def mark_active(
+        self,
+        alloc_id: int,
+        gi_id: int | None = None,
+        ci_id: int | None = None,
+        mig_uuid: str | None = None,
+        cap_minors: Sequence[int] = (),
+    ) -> None:
+        self.conn.execute(
+            """UPDATE allocations SET state = 'active', gi_id = ?, ci_id = ?, mig_uuid = ?,
+                   cap_minors = ?, updated_at = ? WHERE id = ?""",
+            (gi_id, ci_id, mig_uuid, json.dumps(list(cap_minors)), time.time(), alloc_id),
+        )
+
+    def set_state(self, alloc_id: int, state: str, note: str | None = None) -> None:
+        if state not in (INTENT, ACTIVE, RELEASING, RELEASED):
+            raise ValueError(f"unknown allocation state {state!r}")
+        now = time.time()
+        self.conn.execute(
+            """UPDATE allocations SET state = ?, updated_at = ?,
+                   released_at = CASE WHEN ? = 'released' THEN ? ELSE released_at END,
+                   note = COALESCE(?, note)
+               WHERE id = ?""",
+            (state, now, state, now, note, alloc_id),
+        )
+
+    # -- requeues -----------------------------------------------------------------
+
+    def record_requeue(self, job_id: str, reason: str) -> None:
+        self.conn.execute(
+            "INSERT INTO requeues (job_id, at, reason) VALUES (?, ?, ?)",
+            (job_id, time.time(), reason),
+        )
+
+    def requeue_count(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM requeues").fetchone()[0])
+
+    def requeues(self, limit: int = 20) -> list[tuple[str, float, str]]:
+        rows = self.conn.execute(
+            "SELECT job_id, at, reason FROM requeues ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [(r["job_id"], r["at"], r["reason"]) for r in rows]
+
+
+def _split_sql(script: str) -> list[str]:
+    # executescript() would COMMIT our BEGIN IMMEDIATE; run statements one by one.
+    return [s.strip() for s in script.split(";") if s.strip()]

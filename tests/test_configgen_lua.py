@@ -1,0 +1,183 @@
+"""The generated job_submit.lua under a real Lua 5.1, with a fake ``slurm`` table."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurmpool.configgen import generate
+from slurmpool.configgen.render import lua_string
+from slurmpool.policy import load_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+LUA = shutil.which("lua5.1")
+pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 is not installed")
+
+HARNESS = r"""
+local logs = {}
+slurm = {
+  SUCCESS = 0, ERROR = -1,
+  log_user = function(fmt, ...) logs[#logs + 1] = string.format(fmt, ...) end,
+  log_info = function(fmt, ...) end,
+  log_debug = function(fmt, ...) end,
+}
+local loaded = dofile(SCRIPT)
+assert(loaded == slurm.SUCCESS)
+local ESC = { ["\t"] = "\\t", ["\n"] = "\\n", ["\\"] = "\\\\" }
+local function show(v)
+  if v == nil then return "<nil>" end
+  return (string.gsub(tostring(v), "[\t\n\\]", ESC))
+end
+for _, case in ipairs(CASES) do
+  logs = {}
+  local rc
+  if case.job_rec then
+    rc = slurm_job_modify(case.job, case.job_rec, {}, 1000)
+  else
+    rc = slurm_job_submit(case.job, {}, 1000)
+  end
+  io.write(case.id, "\t", rc, "\t", show(case.job.tres_per_node), "\t", show(case.job.extra),
+           "\t", show(case.job.name), "\t", show(table.concat(logs, " | ")), "\n")
+end
+"""
+
+
+def lua_table(fields: dict[str, str]) -> str:
+    return "{" + ", ".join(f"[{lua_string(k)}] = {lua_string(v)}" for k, v in fields.items()) + "}"
+
+
+def run_cases(
+    script: Path, cases: list[tuple[str, dict[str, str], dict[str, str] | None]], tmp: Path
+) -> dict[str, tuple[int, str, str, str, str]]:
+    entries = []
+    for cid, job, rec in cases:
+        rec_src = f", job_rec = {lua_table(rec)}" if rec is not None else ""
+        entries.append(f"{{id = {lua_string(cid)}, job = {lua_table(job)}{rec_src}}}")
+    driver = tmp / "driver.lua"
+    driver.write_text(
+        f"SCRIPT = {lua_string(str(script))}\nCASES = {{\n"
+        + ",\n".join(entries)
+        + "\n}\n"
+        + HARNESS
+    )
+    assert LUA is not None
+    proc = subprocess.run([LUA, str(driver)], capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 0, proc.stderr
+    out = {}
+    for line in proc.stdout.splitlines():
+        cid, rc, tres, extra, name, logs = line.split("\t")
+        out[cid] = (int(rc), tres, extra, name, logs)
+    return out
+
+
+HOSTILE = 'x"); os.exit(3) --[[ ]] \n\\ %s %d'
+
+
+@pytest.fixture(scope="module")
+def mixed_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    tmp = tmp_path_factory.mktemp("lua")
+    files = generate(load_policy(ROOT / "examples" / "mixed-cluster.yaml")).files
+    script = tmp / "job_submit.lua"
+    script.write_text(files["job_submit.lua"])
+    cases: list[tuple[str, dict[str, str], dict[str, str] | None]] = [
+        ("zero", {"tres_per_node": "gres:vgpu:0"}, None),
+        ("negative", {"tres_per_node": "gres:vgpu:-1"}, None),
+        ("ninety-nine", {"tres_per_node": "gres:vgpu:99"}, None),
+        ("too-many-gpus", {"tres_per_node": "gres:vgpu:42"}, None),
+        ("typed", {"tres_per_node": "gres:vgpu:big:2"}, None),
+        ("no-pool", {"tres_per_node": "gres:vgpu:1", "partition": "train"}, None),
+        ("not-ours", {"tres_per_node": "gres:vgpu:1", "partition": "debug"}, None),
+        ("round-5", {"tres_per_node": "gres:vgpu:5"}, None),
+        ("round-6-new-form", {"tres_per_node": "gres/vgpu:6", "partition": "serve"}, None),
+        ("exact-3", {"tres_per_node": "gres:vgpu:3"}, None),
+        ("two-gpus", {"tres_per_node": "gres:vgpu:14", "partition": "all"}, None),
+        ("five-gpus", {"tres_per_node": "gres/vgpu:35"}, None),
+        ("implicit-1", {"tres_per_node": "gres:vgpu"}, None),
+        ("with-gpu", {"tres_per_node": "gres:gpu:a100:1,gres:vgpu:5"}, None),
+        ("whole-gpu-job", {"tres_per_node": "gres:gpu:h100:2", "partition": "train"}, None),
+        ("plain-job", {"name": "hello"}, None),
+        ("vgpu-lookalike", {"tres_per_node": "gres:vgpux:2"}, None),
+        ("hostile", {"tres_per_node": "gres:vgpu:5", "name": HOSTILE, "comment": HOSTILE}, None),
+        ("hostile-partition", {"tres_per_node": "gres:vgpu:1", "partition": HOSTILE}, None),
+        ("user-extra", {"tres_per_node": "gres:vgpu:2", "extra": "mine"}, None),
+        ("per-task", {"tres_per_task": "gres/vgpu:1"}, None),
+        ("multi-partition", {"tres_per_node": "gres:vgpu:4", "partition": "serve,all"}, None),
+        ("multi-with-nopool", {"tres_per_node": "gres:vgpu:4", "partition": "serve,train"}, None),
+        ("modify-no-pool", {"tres_per_node": "gres:vgpu:2"}, {"partition": "train"}),
+        ("modify-ok", {"tres_per_node": "gres:vgpu:6"}, {"partition": "serve"}),
+    ]
+    return run_cases(script, cases, tmp)
+
+
+ERROR, SUCCESS = -1, 0
+
+
+@pytest.mark.parametrize(
+    ("cid", "fragment"),
+    [
+        ("zero", "asks for nothing"),
+        ("negative", "whole number >= 1"),
+        ("ninety-nine", "whole multiple of it (7, 14, ...)"),
+        ("too-many-gpus", "pool at most 5 (vgpu:35)"),
+        ("typed", "vgpu has no types"),
+        ("no-pool", "partition train has no pooled GPUs; vgpu jobs can use: all, serve"),
+        ("not-ours", "partition debug is not a slurmpool partition"),
+        ("per-task", "use --gres=vgpu:N"),
+        ("multi-with-nopool", "partition train has no pooled GPUs"),
+        ("modify-no-pool", "partition train has no pooled GPUs"),
+        ("hostile-partition", "is not a slurmpool partition"),
+    ],
+)
+def test_rejections(mixed_results: dict[str, tuple], cid: str, fragment: str) -> None:
+    rc, _tres, _extra, _name, logs = mixed_results[cid]
+    assert rc == ERROR
+    assert fragment in logs
+
+
+@pytest.mark.parametrize(
+    ("cid", "tres", "extra"),
+    [
+        ("round-5", "gres:vgpu:7", "slurmpool:vgpu=7"),
+        ("round-6-new-form", "gres/vgpu:7", "slurmpool:vgpu=7"),
+        ("exact-3", "gres:vgpu:3", "slurmpool:vgpu=3"),
+        ("two-gpus", "gres:vgpu:14", "slurmpool:vgpu=14"),
+        ("five-gpus", "gres/vgpu:35", "slurmpool:vgpu=35"),
+        ("implicit-1", "gres:vgpu", "slurmpool:vgpu=1"),
+        ("with-gpu", "gres:gpu:a100:1,gres:vgpu:7", "slurmpool:vgpu=7"),
+        ("user-extra", "gres:vgpu:2", "mine"),
+        ("multi-partition", "gres:vgpu:4", "slurmpool:vgpu=4"),
+        ("modify-ok", "gres:vgpu:7", "slurmpool:vgpu=7"),
+    ],
+)
+def test_accepted(mixed_results: dict[str, tuple], cid: str, tres: str, extra: str) -> None:
+    rc, got_tres, got_extra, _name, _logs = mixed_results[cid]
+    assert (rc, got_tres, got_extra) == (SUCCESS, tres, extra)
+
+
+def test_rounding_is_told_to_the_user(mixed_results: dict[str, tuple]) -> None:
+    assert "vgpu:5 rounded up to vgpu:7 (7g MIG instance)" in mixed_results["round-5"][4]
+    assert mixed_results["exact-3"][4] == ""
+
+
+@pytest.mark.parametrize("cid", ["whole-gpu-job", "plain-job", "vgpu-lookalike"])
+def test_other_jobs_untouched(mixed_results: dict[str, tuple], cid: str) -> None:
+    rc, _tres, extra, _name, logs = mixed_results[cid]
+    assert (rc, extra, logs) == (SUCCESS, "<nil>", "")
+
+
+def test_hostile_strings_are_data(mixed_results: dict[str, tuple]) -> None:
+    rc, tres, _extra, name, _logs = mixed_results["hostile"]
+    assert (rc, tres) == (SUCCESS, "gres:vgpu:7")
+    escaped = HOSTILE.replace("\\", "\\\\").replace("\n", "\\n")
+    assert name == escaped  # unchanged, and nothing it says ran
+
+
+def test_old_slurm_never_touches_extra(tmp_path: Path) -> None:
+    policy = load_policy(ROOT / "examples" / "sandbox.yaml", variables={"root": "/r"})
+    script = tmp_path / "job_submit.lua"
+    script.write_text(generate(policy).files["job_submit.lua"])
+    res = run_cases(script, [("a", {"tres_per_node": "gres:vgpu:6"}, None)], tmp_path)
+    assert res["a"][:3] == (SUCCESS, "gres:vgpu:7", "<nil>")

@@ -1,0 +1,111 @@
+"""The node state store: schema, life cycle, concurrency across processes, migrations."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from slurmpool.state.store import (
+    ACTIVE,
+    RELEASED,
+    SCHEMA_VERSION,
+    NewAllocation,
+    NodeStore,
+    StateStoreError,
+)
+
+
+def _new(job: str, start: int = 0) -> NewAllocation:
+    return NewAllocation(
+        job_id=job,
+        user="alice",
+        uid=1000,
+        mode="mig",
+        gpu_index=0,
+        gpu_uuid="GPU-0",
+        profile="1g.10gb",
+        placement_start=start,
+        placement_size=1,
+    )
+
+
+def test_life_cycle(tmp_path: Path) -> None:
+    with NodeStore(tmp_path / "n.db") as store:
+        with store.transaction():
+            aid = store.add_intent(_new("42"))
+        assert store.get(aid).state == "intent"
+        with store.transaction():
+            store.mark_active(aid, gi_id=13, ci_id=0, mig_uuid="MIG-x", cap_minors=[120, 121])
+        a = store.get(aid)
+        assert (a.state, a.gi_id, a.cap_minors) == (ACTIVE, 13, (120, 121))
+        with store.transaction():
+            store.set_state(aid, RELEASED)
+        assert store.live() == []
+        assert store.for_job("42", include_released=True)[0].released_at is not None
+
+
+def test_rollback_on_error(tmp_path: Path) -> None:
+    with NodeStore(tmp_path / "n.db") as store:
+        with pytest.raises(RuntimeError), store.transaction():
+            store.add_intent(_new("1"))
+            raise RuntimeError("prolog failed half-way")
+        assert store.live() == []
+
+
+def test_bad_state_rejected(tmp_path: Path) -> None:
+    with NodeStore(tmp_path / "n.db") as store, pytest.raises(ValueError, match="unknown"):
+        store.set_state(1, "gone")
+
+
+def _claim_slot(path: str, job: str, q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    store = NodeStore(path)
+    with store.transaction():
+        taken = {a.placement_start for a in store.live()}
+        slot = next(i for i in range(64) if i not in taken)
+        store.add_intent(_new(job, slot))
+    q.put(slot)
+
+
+def test_concurrent_writers_never_take_the_same_slot(tmp_path: Path) -> None:
+    path = str(tmp_path / "n.db")
+    NodeStore(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_claim_slot, args=(path, str(i), q)) for i in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    slots = sorted(q.get(timeout=5) for _ in procs)
+    assert slots == list(range(8))
+
+
+def test_schema_version_and_newer_schema_refused(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    with NodeStore(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StateStoreError, match="newer than this slurmpool"):
+        NodeStore(path)
+
+
+def test_reopen_keeps_data(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    with NodeStore(path) as store, store.transaction():
+        store.add_intent(_new("7"))
+        store.record_requeue("8", "no room for 4g.40gb")
+    with NodeStore(path) as store:
+        assert [a.job_id for a in store.live()] == ["7"]
+        assert store.requeue_count() == 1
+
+
+def test_corrupt_file(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StateStoreError, match=str(path)):
+        NodeStore(path)

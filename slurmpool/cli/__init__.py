@@ -18,6 +18,8 @@ COMMANDS: dict[str, str] = {
     "mig": "slurmpool.cli.mig:mig",
     "policy": "slurmpool.cli.policy:policy",
     "generate-config": "slurmpool.cli.generate:generate_config",
+    "discover": "slurmpool.cli.discover:discover",
+    "sim": "slurmpool.cli.sim:sim",
 }
 
 

@@ -1,0 +1,295 @@
+"""The GPU backend interface: what slurmpool needs from a node's GPUs.
+
+Everything above this layer (discovery, hooks, monitor) talks to a
+:class:`GpuBackend` and its dataclasses and errors, never to NVML.  The one
+implementation is :class:`slurmpool.gpu.nvml.NvmlBackend`, which runs on
+the real pynvml or on the simulator; :func:`slurmpool.gpu.select.open_backend`
+builds it from a spec string.
+
+Also here: the parser for the driver's ``mig-minors`` table, which maps MIG
+capabilities to ``/dev/nvidia-caps/nvidia-cap<n>`` minors.
+
+Standard library only (plus the pure placement engine): the job hooks import
+this on every job start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from slurmpool.placement import Placement
+
+# -- errors -------------------------------------------------------------------
+
+
+class GpuBackendError(Exception):
+    """A GPU operation failed.  ``code`` is the NVML return code where there is one."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class BackendUnavailable(GpuBackendError):
+    """No driver, no GPU, or the backend could not be initialised."""
+
+
+class NoRoomError(GpuBackendError):
+    """The GPU has no room for the instance (NVML ``INSUFFICIENT_RESOURCES``)."""
+
+
+class InUseError(GpuBackendError):
+    """The device is busy (NVML ``IN_USE``): processes or child instances exist."""
+
+    def __init__(self, message: str, code: int | None = None, pids: tuple[int, ...] = ()) -> None:
+        super().__init__(message, code)
+        self.pids = pids
+
+
+class NotSupportedError(GpuBackendError):
+    """The GPU or driver does not support the operation (NVML ``NOT_SUPPORTED``)."""
+
+
+class NoPermissionError(GpuBackendError):
+    """The caller may not do this (NVML ``NO_PERMISSION``; MIG changes need root)."""
+
+
+class InvalidRequestError(GpuBackendError):
+    """The request itself is wrong: unknown GPU or profile, illegal placement."""
+
+
+# -- data -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """One physical GPU.  ``model`` is the catalogue name, None if the catalogue lacks it.
+
+    ``mig_current``/``mig_pending`` are the current and pending MIG modes
+    (a change waits for a GPU reset when they differ).
+    """
+
+    index: int
+    uuid: str
+    name: str
+    model: str | None
+    memory_total_mib: int
+    memory_used_mib: int
+    mig_capable: bool
+    mig_current: bool
+    mig_pending: bool
+    minor: int
+    pci_bus_id: str
+    pci_device_id: int
+    numa_node: int | None
+    cpu_affinity: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG instance: a GPU instance and (normally) its compute instance.
+
+    ``ci_id``/``uuid``/``ci_minor`` are None for a GPU instance without a
+    compute instance (a half-created or half-destroyed instance).
+    ``gi_minor``/``ci_minor`` are the capability device minors
+    (``nvidia-cap<n>``), None when the ``mig-minors`` table is unavailable.
+    """
+
+    gpu_index: int
+    profile: str
+    profile_id: int
+    placement: Placement
+    gi_id: int
+    ci_id: int | None
+    uuid: str | None
+    gi_minor: int | None
+    ci_minor: int | None
+    memory_total_mib: int
+    memory_used_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    pid: int
+    used_memory_mib: int | None
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInfo:
+    total_mib: int
+    used_mib: int
+
+    @property
+    def free_mib(self) -> int:
+        return self.total_mib - self.used_mib
+
+
+@dataclass(slots=True)
+class SmSample:
+    """A GPM sample of a GPU or one GPU instance (Hopper and later).
+
+    Take two with :meth:`GpuBackend.sm_sample` at least 100 ms apart, then
+    :meth:`GpuBackend.sm_utilization`; release each with
+    :meth:`GpuBackend.free_sm_sample`.
+    """
+
+    gpu_index: int
+    gi_id: int | None
+    handle: object = field(repr=False)
+
+
+class GpuBackend(Protocol):
+    """The GPUs of one node."""
+
+    @property
+    def name(self) -> str:
+        """The spec this backend was opened with, e.g. ``nvml`` or ``sim:/path``."""
+        ...
+
+    def close(self) -> None: ...
+
+    def driver_version(self) -> str: ...
+
+    def gpus(self) -> list[GpuInfo]: ...
+
+    def gpu(self, index: int) -> GpuInfo: ...
+
+    def instances(self, gpu_index: int) -> list[MigInstance]:
+        """The MIG instances of a GPU (empty when MIG is off), by GI id."""
+        ...
+
+    def create_instance(self, gpu_index: int, profile: str, placement: Placement) -> MigInstance:
+        """Create a GPU instance at ``placement`` and its full-size compute instance.
+
+        ``profile`` is a catalogue profile name (``3g.40gb``) or size
+        (``3g``).  Raises :class:`NoRoomError` when the placement overlaps
+        an existing instance.  A half-created instance is destroyed again.
+        """
+        ...
+
+    def destroy_instance(self, gpu_index: int, gi_id: int) -> bool:
+        """Destroy the compute instances, then the GPU instance ``gi_id``.
+
+        Resumable: a GPU instance whose compute instances are already gone
+        is destroyed; one that is gone already returns False.  Raises
+        :class:`InUseError` while processes run on it.
+        """
+        ...
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> bool:
+        """Set the MIG mode; True if it applied now, False if it waits for a GPU reset."""
+        ...
+
+    def processes(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessInfo]:
+        """Compute processes on a GPU, or on one of its GPU instances."""
+        ...
+
+    def utilization(self, gpu_index: int) -> int | None:
+        """GPU utilisation in percent; None where NVML does not report it (MIG mode)."""
+        ...
+
+    def memory(self, gpu_index: int) -> MemoryInfo: ...
+
+    def instance_memory(self, gpu_index: int, gi_id: int) -> MemoryInfo: ...
+
+    def power_mw(self, gpu_index: int) -> int | None: ...
+
+    def energy_mj(self, gpu_index: int) -> int | None: ...
+
+    def sm_sample(self, gpu_index: int, gi_id: int | None = None) -> SmSample | None:
+        """A GPM sample, or None where GPM is not supported (before Hopper)."""
+        ...
+
+    def sm_utilization(self, first: SmSample, second: SmSample) -> float | None:
+        """SM utilisation in percent between two samples of the same device."""
+        ...
+
+    def free_sm_sample(self, sample: SmSample) -> None: ...
+
+
+# -- mig-minors ----------------------------------------------------------------
+
+MIG_MINORS_PATH = "/proc/driver/nvidia-caps/mig-minors"
+
+
+@dataclass(frozen=True, slots=True)
+class MigMinors:
+    """The parsed ``mig-minors`` table.  Keys of ``caps`` are
+    ``(gpu_minor, gi_id, None)`` for GPU instances and
+    ``(gpu_minor, gi_id, ci_id)`` for compute instances."""
+
+    config: int | None
+    monitor: int | None
+    caps: dict[tuple[int, int, int | None], int]
+
+    def get(self, key: tuple[int, int | None, int | None]) -> int | None:
+        gpu, gi, ci = key
+        if gi is None:
+            return None
+        return self.caps.get((gpu, gi, ci))
+
+    def gi_minor(self, gpu_minor: int, gi_id: int) -> int | None:
+        return self.caps.get((gpu_minor, gi_id, None))
+
+    def ci_minor(self, gpu_minor: int, gi_id: int, ci_id: int) -> int | None:
+        return self.caps.get((gpu_minor, gi_id, ci_id))
+
+
+def _cap_key(name: str) -> tuple[int, int, int | None] | None:
+    # gpu<g>/gi<i>/access or gpu<g>/gi<i>/ci<c>/access
+    parts = name.split("/")
+    if len(parts) not in (3, 4) or parts[-1] != "access":
+        return None
+    nums = []
+    for part, prefix in zip(parts[:-1], ("gpu", "gi", "ci"), strict=False):
+        if not part.startswith(prefix) or not part[len(prefix) :].isdigit():
+            return None
+        nums.append(int(part[len(prefix) :]))
+    return (nums[0], nums[1], nums[2] if len(nums) == 3 else None)
+
+
+def parse_mig_minors(text: str, source: str = "mig-minors") -> MigMinors:
+    """Parse ``/proc/driver/nvidia-caps/mig-minors`` (lines ``<name> <minor>``).
+
+    Unknown names are ignored (newer drivers may add some); a line that is
+    not ``<name> <number>`` raises ``ValueError`` naming the line.
+    """
+    config = monitor = None
+    caps: dict[tuple[int, int, int | None], int] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        if len(fields) != 2 or not fields[1].isdigit():
+            raise ValueError(f"{source}: line {lineno}: expected '<name> <minor>', got {line!r}")
+        name, minor = fields[0], int(fields[1])
+        if name == "config":
+            config = minor
+        elif name == "monitor":
+            monitor = minor
+        else:
+            key = _cap_key(name)
+            if key is not None:
+                caps[key] = minor
+    return MigMinors(config, monitor, caps)
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def cpulist(cpus: Iterable[int]) -> str:
+    """``{0,1,2,3,8}`` -> ``"0-3,8"`` (the kernel's cpulist format)."""
+    ranges: list[str] = []
+    ordered = sorted(set(cpus))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(ranges)

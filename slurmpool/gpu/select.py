@@ -1,0 +1,75 @@
+"""Open a GPU backend from a spec string.
+
+- ``nvml`` (the default): the real driver through pynvml, imported here,
+  lazily, so that nothing else pays for it.
+- ``sim:<state dir>``: a simulated node (see :mod:`slurmpool.sim`); the
+  simulator's pynvml-compatible module goes to the same
+  :class:`~slurmpool.gpu.nvml.NvmlBackend`.
+
+The environment is not read here: the CLI maps ``$SLURMPOOL_GPU_BACKEND`` to
+the spec.
+"""
+
+from __future__ import annotations
+
+import os
+
+from slurmpool.catalogue import Catalogue
+from slurmpool.gpu.backend import MIG_MINORS_PATH, BackendUnavailable, GpuBackendError
+from slurmpool.gpu.nvml import NvmlBackend
+
+DEFAULT_SPEC = "nvml"
+SIM_PREFIX = "sim:"
+
+
+class BackendSpecError(GpuBackendError):
+    """The backend spec is not one slurmpool knows."""
+
+
+def open_backend(
+    spec: str | None = None,
+    *,
+    mig_minors_path: str | os.PathLike[str] | None = None,
+    catalogue: Catalogue | None = None,
+) -> NvmlBackend:
+    """The backend named by ``spec`` (``nvml`` or ``sim:<state dir>``), initialised.
+
+    Raises :class:`BackendUnavailable` when there is no driver/GPU (or no
+    simulated node at the path) and :class:`BackendSpecError` for an
+    unknown spec.  ``mig_minors_path`` overrides where the capability table
+    is read (real default ``/proc/driver/nvidia-caps/mig-minors``; the
+    simulator's own file for ``sim:``).
+    """
+    spec = (spec or DEFAULT_SPEC).strip()
+    if spec == "nvml":
+        try:
+            import pynvml
+        except ImportError as e:
+            raise BackendUnavailable(
+                f"no NVIDIA driver/GPU found: cannot import pynvml (nvidia-ml-py): {e}"
+            ) from None
+        return NvmlBackend(
+            pynvml,
+            name="nvml",
+            mig_minors_path=mig_minors_path or MIG_MINORS_PATH,
+            catalogue=catalogue,
+        )
+    if spec.startswith(SIM_PREFIX):
+        state_dir = spec[len(SIM_PREFIX) :]
+        if not state_dir:
+            raise BackendSpecError("backend 'sim:' needs a state directory: 'sim:<state dir>'")
+        from slurmpool.sim.nvml import SimNvml
+
+        sim = SimNvml(state_dir)
+        if not sim.mig_minors_path:
+            raise BackendUnavailable(
+                f"no simulated node at {state_dir}: {os.path.join(state_dir, 'state.json')} "
+                "does not exist (create one with `slurmpool sim init`)"
+            )
+        return NvmlBackend(
+            sim,
+            name=spec,
+            mig_minors_path=mig_minors_path or sim.mig_minors_path,
+            catalogue=catalogue,
+        )
+    raise BackendSpecError(f"unknown GPU backend {spec!r}; expected 'nvml' or 'sim:<state dir>'")

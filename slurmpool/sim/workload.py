@@ -1,0 +1,250 @@
+"""A test workload for simulated GPUs: ``python -m slurmpool.sim.workload``.
+
+It behaves like a small CUDA program as far as slurmpool can tell:
+
+- it picks its device from ``CUDA_VISIBLE_DEVICES`` the way CUDA does
+  (indices, ``GPU-`` and ``MIG-`` UUIDs or unique prefixes, legacy
+  ``MIG-GPU-<uuid>/<gi>/<ci>``; parsing stops at the first invalid entry;
+  unset means every GPU; a MIG-enabled GPU stands for its MIG devices; a
+  process uses only the first device, and at most one MIG device);
+- it refuses a GPU whose ``/dev/nvidiaN`` (or ``nvidiactl``) the user cannot
+  read and write, and a MIG device whose GI or CI capability node
+  (``nvidia-caps/nvidia-cap<n>``, minors from the ``mig-minors`` file) the
+  user cannot read.  Permissions are checked with ``os.access``: opening a
+  mknod'd node fails with ENXIO since no driver is behind it;
+- it registers itself (pid, memory, utilisation) on the device for its
+  lifetime, refusing memory beyond what is free (like a CUDA OOM), and
+  deregisters on exit, SIGTERM and SIGINT; if SIGKILLed, the simulator
+  prunes the dead PID on the next read.
+
+The state directory comes from ``--state DIR`` or ``$SLURMPOOL_SIM_STATE``.
+Exit status: 0 done, 1 no usable device, 2 bad arguments, 3 permission
+denied, 4 out of memory.  Standard library only: it runs on a bare
+interpreter as an unprivileged user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from slurmpool.gpu.backend import parse_mig_minors
+from slurmpool.sim.devices import cap_path, gpu_path
+from slurmpool.sim.processes import attach_process, detach_process
+from slurmpool.sim.state import (
+    ENV_STATE_DIR,
+    SimError,
+    SimOutOfMemory,
+    State,
+    StateStore,
+    state_dir_from_env,
+)
+
+EXIT_NO_DEVICE = 1
+EXIT_USAGE = 2
+EXIT_PERMISSION = 3
+EXIT_OOM = 4
+
+
+@dataclass(frozen=True, slots=True)
+class VisibleDevice:
+    """The device a CUDA process would use: a whole GPU or one MIG device."""
+
+    gpu_index: int
+    gpu_minor: int
+    uuid: str
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        return self.gi_id is not None
+
+
+def _gpu_devices(gpu: State) -> list[VisibleDevice]:
+    if not gpu["mig_current"]:
+        return [VisibleDevice(gpu["index"], gpu["minor"], gpu["uuid"])]
+    return [
+        VisibleDevice(gpu["index"], gpu["minor"], ci["uuid"], gi["id"], ci["id"])
+        for gi in sorted(gpu["gis"], key=lambda g: g["id"])
+        for ci in sorted(gi["cis"], key=lambda c: c["id"])
+    ]
+
+
+def _by_prefix(
+    candidates: list[tuple[str, list[VisibleDevice]]], token: str
+) -> list[VisibleDevice] | None:
+    exact = [devs for uid, devs in candidates if uid == token]
+    if exact:
+        return exact[0]
+    matches = [devs for uid, devs in candidates if uid.startswith(token)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def visible_devices(value: str | None, state: State) -> list[VisibleDevice]:
+    """The devices ``CUDA_VISIBLE_DEVICES=value`` exposes, in CUDA's order."""
+    gpus = state["gpus"]
+    if value is None:
+        return [d for g in gpus for d in _gpu_devices(g)]
+    by_gpu = [(g["uuid"], _gpu_devices(g)) for g in gpus]
+    by_mig = [(d.uuid, [d]) for g in gpus if g["mig_current"] for d in _gpu_devices(g)]
+    out: list[VisibleDevice] = []
+    for raw in value.split(","):
+        token = raw.strip()
+        found: list[VisibleDevice] | None = None
+        if token.isdigit():
+            found = _gpu_devices(gpus[int(token)]) if int(token) < len(gpus) else None
+        elif token.startswith("MIG-GPU-"):
+            found = _legacy_mig(token, gpus)
+        elif token.startswith("MIG-"):
+            found = _by_prefix(by_mig, token)
+        elif token.startswith("GPU-"):
+            found = _by_prefix(by_gpu, token)
+        if found is None:
+            break  # CUDA ignores everything from the first invalid entry on
+        out.extend(d for d in found if d not in out)
+    return out
+
+
+def _legacy_mig(token: str, gpus: list[State]) -> list[VisibleDevice] | None:
+    parts = token[len("MIG-") :].split("/")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    for g in gpus:
+        if g["uuid"] == parts[0]:
+            devs = [
+                d for d in _gpu_devices(g) if (d.gi_id, d.ci_id) == (int(parts[1]), int(parts[2]))
+            ]
+            return devs or None
+    return None
+
+
+def choose_device(value: str | None, state: State) -> VisibleDevice | None:
+    """The one device a CUDA process uses: the first visible one."""
+    devices = visible_devices(value, state)
+    return devices[0] if devices else None
+
+
+def access_problem(device: VisibleDevice, state: State) -> str | None:
+    """Why the calling user cannot use ``device``, or None if they can."""
+    root = Path(state["device_root"])
+    for node in (root / "nvidiactl", gpu_path(root, device.gpu_minor)):
+        if not os.access(node, os.R_OK | os.W_OK):
+            return f"permission denied: cannot open {node} (needs read and write access)"
+    if device.is_mig:
+        try:
+            minors = parse_mig_minors(Path(state["mig_minors_path"]).read_text())
+        except OSError as e:
+            return f"cannot read the MIG capability table {state['mig_minors_path']}: {e}"
+        for key in (
+            (device.gpu_minor, device.gi_id, None),
+            (device.gpu_minor, device.gi_id, device.ci_id),
+        ):
+            minor = minors.get(key)
+            if minor is None:
+                name = f"gpu{key[0]}/gi{key[1]}" + ("" if key[2] is None else f"/ci{key[2]}")
+                return f"no capability minor for {name} in {state['mig_minors_path']}"
+            node = cap_path(root, minor)
+            if not os.access(node, os.R_OK):
+                what = "GPU instance" if key[2] is None else "compute instance"
+                return f"permission denied: cannot read {node} ({what} capability of {device.uuid})"
+    return None
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run(
+    state_dir: str,
+    env: Mapping[str, str],
+    *,
+    util: int,
+    mem_mib: int,
+    seconds: float,
+) -> int:
+    """Run the workload; returns the exit status (see the module docstring)."""
+    store = StateStore(state_dir)
+    try:
+        state = store.read()
+    except SimError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_NO_DEVICE
+    device = choose_device(env.get("CUDA_VISIBLE_DEVICES"), state)
+    if device is None:
+        print(
+            "error: no CUDA-capable device is detected "
+            f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '<unset>')!r})",
+            file=sys.stderr,
+        )
+        return EXIT_NO_DEVICE
+    problem = access_problem(device, state)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_PERMISSION
+    pid = os.getpid()
+    try:
+        attach_process(
+            state_dir,
+            device.gpu_index,
+            device.gi_id,
+            device.ci_id,
+            pid=pid,
+            used_mib=mem_mib,
+            util=util,
+        )
+    except SimOutOfMemory as e:
+        print(f"error: CUDA {e}", file=sys.stderr)
+        return EXIT_OOM
+    except SimError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_NO_DEVICE
+    try:
+        print(
+            f"running: pid {pid} on GPU {device.gpu_index} ({device.uuid}), "
+            f"util {util}%, memory {mem_mib} MiB",
+            flush=True,
+        )
+        if seconds > 0:
+            time.sleep(seconds)
+        else:
+            while True:
+                time.sleep(3600)
+    finally:
+        detach_process(state_dir, pid)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m slurmpool.sim.workload",
+        description="Occupy a simulated GPU or MIG device chosen by CUDA_VISIBLE_DEVICES.",
+    )
+    parser.add_argument("--util", type=int, default=50, help="utilisation in percent (0..100)")
+    parser.add_argument("--mem-mib", type=int, default=1000, help="device memory to use, MiB")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="how long to run (0: until signalled)"
+    )
+    parser.add_argument("--state", help=f"simulator state directory (default: ${ENV_STATE_DIR})")
+    args = parser.parse_args(argv)
+    if not 0 <= args.util <= 100 or args.mem_mib < 0:
+        parser.error("--util must be 0..100 and --mem-mib at least 0")
+    try:
+        state_dir = state_dir_from_env(args.state, os.environ)
+    except SimError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    return run(state_dir, os.environ, util=args.util, mem_mib=args.mem_mib, seconds=args.seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

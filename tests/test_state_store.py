@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmpool.state import store as store_module
 from slurmpool.state.store import (
     ACTIVE,
     RELEASED,
@@ -15,6 +16,7 @@ from slurmpool.state.store import (
     NewAllocation,
     NodeStore,
     StateStoreError,
+    register_migrations,
 )
 
 
@@ -88,7 +90,10 @@ def test_schema_version_and_newer_schema_refused(tmp_path: Path) -> None:
     with NodeStore(path) as store:
         assert store.schema_version() == SCHEMA_VERSION
     conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.execute(
+        "UPDATE schema_versions SET version = ? WHERE component = 'core'", (SCHEMA_VERSION + 1,)
+    )
+    conn.commit()
     conn.close()
     with pytest.raises(StateStoreError, match="newer than this slurmpool"):
         NodeStore(path)
@@ -109,3 +114,29 @@ def test_corrupt_file(tmp_path: Path) -> None:
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StateStoreError, match=str(path)):
         NodeStore(path)
+
+
+def test_component_migrations_apply_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    NodeStore(path).close()
+    register_migrations("test-extra", ("CREATE TABLE extra_a (x INTEGER)",))
+    with NodeStore(path) as store:
+        assert store.schema_version("test-extra") == 1
+    # A later release appends a migration; an existing database picks it up.
+    store_module._MIGRATIONS["test-extra"] = (
+        "CREATE TABLE extra_a (x INTEGER)",
+        "ALTER TABLE extra_a ADD COLUMN y TEXT NOT NULL DEFAULT ''",
+    )
+    try:
+        with NodeStore(path) as store:
+            assert store.schema_version("test-extra") == 2
+            store.conn.execute("INSERT INTO extra_a (x) VALUES (1)")
+            assert store.conn.execute("SELECT y FROM extra_a").fetchone()[0] == ""
+            assert store.schema_version() == SCHEMA_VERSION
+    finally:
+        del store_module._MIGRATIONS["test-extra"]
+
+
+def test_conflicting_registration_refused() -> None:
+    with pytest.raises(ValueError, match="registered twice"):
+        register_migrations("core", ("CREATE TABLE nope (x)",))

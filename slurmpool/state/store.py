@@ -28,44 +28,65 @@ RELEASING = "releasing"
 RELEASED = "released"
 LIVE_STATES = (INTENT, ACTIVE, RELEASING)
 
-# Each entry migrates the schema from version i to i + 1.  Never edit an
-# entry once released; append a new one.
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE allocations (
-        id              INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id          TEXT    NOT NULL,
-        user            TEXT    NOT NULL,
-        uid             INTEGER NOT NULL,
-        mode            TEXT    NOT NULL CHECK (mode IN ('mig', 'passthrough', 'shared')),
-        gpu_index       INTEGER NOT NULL,
-        gpu_uuid        TEXT    NOT NULL,
-        profile         TEXT,
-        placement_start INTEGER,
-        placement_size  INTEGER,
-        shares          INTEGER,
-        gi_id           INTEGER,
-        ci_id           INTEGER,
-        mig_uuid        TEXT,
-        cap_minors      TEXT    NOT NULL DEFAULT '[]',
-        state           TEXT    NOT NULL
-                        CHECK (state IN ('intent', 'active', 'releasing', 'released')),
-        created_at      REAL    NOT NULL,
-        updated_at      REAL    NOT NULL,
-        released_at     REAL,
-        note            TEXT    NOT NULL DEFAULT ''
-    );
-    CREATE INDEX allocations_job ON allocations (job_id);
-    CREATE INDEX allocations_live ON allocations (state) WHERE state != 'released';
-    CREATE TABLE requeues (
-        id      INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id  TEXT NOT NULL,
-        at      REAL NOT NULL,
-        reason  TEXT NOT NULL
-    );
-    """,
-)
-SCHEMA_VERSION = len(MIGRATIONS)
+# Schema migrations per component.  Each entry of a component's tuple
+# migrates it from version i to i + 1; never edit an entry once released,
+# append a new one.  Components (the hooks' allocations here, accounting's
+# samples and outbox in their own module via ``register_migrations``) evolve
+# independently inside one database; their versions live in ``schema_versions``.
+CORE = "core"
+_MIGRATIONS: dict[str, tuple[str, ...]] = {
+    CORE: (
+        """
+        CREATE TABLE allocations (
+            id              INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id          TEXT    NOT NULL,
+            user            TEXT    NOT NULL,
+            uid             INTEGER NOT NULL,
+            mode            TEXT    NOT NULL CHECK (mode IN ('mig', 'passthrough', 'shared')),
+            gpu_index       INTEGER NOT NULL,
+            gpu_uuid        TEXT    NOT NULL,
+            profile         TEXT,
+            placement_start INTEGER,
+            placement_size  INTEGER,
+            shares          INTEGER,
+            gi_id           INTEGER,
+            ci_id           INTEGER,
+            mig_uuid        TEXT,
+            cap_minors      TEXT    NOT NULL DEFAULT '[]',
+            state           TEXT    NOT NULL
+                            CHECK (state IN ('intent', 'active', 'releasing', 'released')),
+            created_at      REAL    NOT NULL,
+            updated_at      REAL    NOT NULL,
+            released_at     REAL,
+            note            TEXT    NOT NULL DEFAULT ''
+        );
+        CREATE INDEX allocations_job ON allocations (job_id);
+        CREATE INDEX allocations_live ON allocations (state) WHERE state != 'released';
+        CREATE TABLE requeues (
+            id      INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id  TEXT NOT NULL,
+            at      REAL NOT NULL,
+            reason  TEXT NOT NULL
+        );
+        """,
+    ),
+}
+
+
+def register_migrations(component: str, migrations: tuple[str, ...]) -> None:
+    """Declare another component's migrations (call at import of its module)."""
+    existing = _MIGRATIONS.get(component)
+    if existing is not None and existing != migrations:
+        raise ValueError(f"migrations for {component!r} registered twice with different text")
+    _MIGRATIONS[component] = migrations
+
+
+def schema_version(component: str = CORE) -> int:
+    """The version this code migrates ``component`` to."""
+    return len(_MIGRATIONS[component])
+
+
+SCHEMA_VERSION = schema_version(CORE)
 
 
 class StateStoreError(RuntimeError):
@@ -147,21 +168,32 @@ class NodeStore:
 
     # -- schema ---------------------------------------------------------------
 
-    def schema_version(self) -> int:
-        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+    def schema_version(self, component: str = CORE) -> int:
+        row = self.conn.execute(
+            "SELECT version FROM schema_versions WHERE component = ?", (component,)
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def _migrate(self) -> None:
         with self.transaction():
-            current = self.schema_version()
-            if current > SCHEMA_VERSION:
-                raise StateStoreError(
-                    f"{self.path}: schema version {current} is newer than this slurmpool "
-                    f"understands ({SCHEMA_VERSION}); upgrade slurmpool"
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_versions "
+                "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+            )
+            for component, migrations in _MIGRATIONS.items():
+                current = self.schema_version(component)
+                if current > len(migrations):
+                    raise StateStoreError(
+                        f"{self.path}: schema version {current} of {component!r} is newer than "
+                        f"this slurmpool understands ({len(migrations)}); upgrade slurmpool"
+                    )
+                for version in range(current, len(migrations)):
+                    for statement in _split_sql(migrations[version]):
+                        self.conn.execute(statement)
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO schema_versions (component, version) VALUES (?, ?)",
+                    (component, len(migrations)),
                 )
-            for version in range(current, SCHEMA_VERSION):
-                for statement in _split_sql(MIGRATIONS[version]):
-                    self.conn.execute(statement)
-                self.conn.execute(f"PRAGMA user_version = {version + 1}")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

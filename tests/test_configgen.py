@@ -178,6 +178,11 @@ def test_static_layout_minors_from_inventory() -> None:
     inv = parse_inventory(inventory("srv03", gpus), "srv03.json", default_catalogue())
     with pytest.raises(ConfigError, match="apply the layout"):
         generate(policy, [inv])
+    half = [dict(instances[0], ci_id=None), *instances[1:]]
+    gpus[5] = gpu(5, instances=half)
+    inv = parse_inventory(inventory("srv03", gpus), "srv03.json", default_catalogue())
+    with pytest.raises(ConfigError, match="has no compute instance"):
+        generate(policy, [inv])
     assert text  # the policy file itself is untouched
 
 

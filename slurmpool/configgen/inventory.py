@@ -35,7 +35,7 @@ class ConfigError(ValueError):
 class InventoryInstance:
     profile: str
     gi_id: int
-    ci_id: int
+    ci_id: int | None  # None: a GPU instance without a compute instance (half-made)
     gi_minor: int | None = None
     ci_minor: int | None = None
 
@@ -110,7 +110,7 @@ def parse_inventory(data: Any, source: str, catalogue: Catalogue) -> Inventory:
                 InventoryInstance(
                     profile=inst["profile"],
                     gi_id=_int(inst, "gi_id", w, "gi"),
-                    ci_id=_int(inst, "ci_id", w, "ci"),
+                    ci_id=None if inst.get("ci_id") is None else _int(inst, "ci_id", w),
                     gi_minor=_opt_int(inst.get("gi_minor")),
                     ci_minor=_opt_int(inst.get("ci_minor")),
                 )

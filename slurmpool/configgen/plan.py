@@ -71,8 +71,15 @@ def _static_instances(
                 f"GPU {spec.index} has MIG instances {', '.join(have)}, but the policy's "
                 f"mig-static layout is {', '.join(wanted)}; apply the layout and rediscover"
             )
+        half_made = [i for i in found.instances if i.ci_id is None]
+        if half_made:
+            raise ConfigError(
+                f"GPU {spec.index}: GPU instance {half_made[0].gi_id} ({half_made[0].profile}) has "
+                "no compute instance; finish or destroy it and rediscover"
+            )
         out = []
-        for inst in sorted(found.instances, key=lambda i: (i.gi_id, i.ci_id)):
+        for inst in sorted(found.instances, key=lambda i: (i.gi_id, i.ci_id or 0)):
+            assert inst.ci_id is not None
             gi, ci = cap_minors(minor, inst.gi_id, inst.ci_id)
             out.append(
                 (

@@ -16,6 +16,10 @@ from slurmpool import __version__
 COMMANDS: dict[str, str] = {
     "models": "slurmpool.cli.models:models",
     "mig": "slurmpool.cli.mig:mig",
+    "sandbox": "slurmpool.cli.sandbox:sandbox",
+    "install": "slurmpool.cli.install:install",
+    "uninstall": "slurmpool.cli.install:uninstall",
+    "doctor": "slurmpool.cli.doctor:doctor",
     "policy": "slurmpool.cli.policy:policy",
     "generate-config": "slurmpool.cli.generate:generate_config",
     "discover": "slurmpool.cli.discover:discover",

@@ -1,0 +1,88 @@
+"""``slurmpool doctor``: what is wrong with this node, and how to fix it."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import click
+
+from slurmpool.cli.common import EXIT_FAIL, echo_json
+
+
+@click.command()
+@click.option(
+    "--node-config",
+    default=None,
+    help="The compiled node config [<slurm config dir>/node-config.json, from --policy].",
+)
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The policy install used (locates the node config).",
+)
+@click.option("--var", multiple=True, metavar="NAME=VALUE", help="Policy ${NAME} variable.")
+@click.option("--node", default=None, help="This node's Slurm name [$SLURMD_NODENAME or hostname].")
+@click.option("--slurm-conf", default=None, help="slurm.conf [<slurm config dir>/slurm.conf].")
+@click.option("--backend", default=None, help="GPU backend spec [the node config's gpu_backend].")
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/"),
+    show_default=True,
+    help="Check a staged tree (implies --no-slurm).",
+)
+@click.option("--no-slurm", is_flag=True, help="Skip the checks that ask Slurm.")
+@click.option("--no-gpus", is_flag=True, help="Skip the checks that ask the GPU backend.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+def doctor(
+    node_config: str | None,
+    policy_path: Path | None,
+    var: tuple[str, ...],
+    node: str | None,
+    slurm_conf: str | None,
+    backend: str | None,
+    root: Path,
+    no_slurm: bool,
+    no_gpus: bool,
+    as_json: bool,
+) -> None:
+    """Check this node against the policy; print each problem with its fix.
+
+    Exit status 1 when something is wrong.
+
+    Example: ``slurmpool doctor --policy pool.yaml --node gpu01``
+    """
+    from slurmpool.doctor import DoctorOptions, run_doctor
+    from slurmpool.slurm import Runner
+
+    if node_config is None:
+        if policy_path is None:
+            node_config = "/etc/slurm/node-config.json"
+        else:
+            from slurmpool.cli.install import _load
+
+            policy = _load(policy_path, var)
+            node_config = os.path.join(policy.paths.slurm_config_dir, "node-config.json")
+    name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    staged = root != Path("/")
+    report = run_doctor(
+        DoctorOptions(
+            node_config=node_config,
+            node=name,
+            root=root,
+            slurm_conf=slurm_conf,
+            backend_spec=backend,
+            runner=None if (no_slurm or staged) else Runner(env=dict(os.environ)),
+            check_gpus=not no_gpus,
+        )
+    )
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(report.text())
+    if not report.ok:
+        raise SystemExit(EXIT_FAIL)

@@ -1,0 +1,165 @@
+"""``slurmpool install`` / ``uninstall``: hooks, generated config and state dir into a node."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from slurmpool.cli.common import EXIT_FAIL, usage_error
+
+if TYPE_CHECKING:
+    from slurmpool.install import Plan
+    from slurmpool.policy import Policy
+
+root_option = click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/"),
+    show_default=True,
+    help="Staging root: every path is taken inside it.",
+)
+dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Print a unified diff of every change; change nothing."
+)
+
+
+def _variables(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            usage_error(f"--var {pair!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _load(policy_path: Path, var: tuple[str, ...]) -> Policy:
+    from slurmpool.policy import PolicyError, load_policy
+
+    try:
+        return load_policy(policy_path, variables=_variables(var))
+    except PolicyError as e:
+        usage_error(str(e))
+
+
+def _run(plan: Plan, dry_run: bool) -> None:
+    from slurmpool.install import apply
+
+    for note in plan.notes:
+        click.echo(f"note: {note}", err=True)
+    if plan.empty:
+        click.echo("nothing to do")
+        return
+    if dry_run:
+        click.echo(plan.diff(), nl=False)
+        click.echo(
+            f"# dry run: {len(plan.dirs) + len(plan.files)} change(s), nothing written", err=True
+        )
+        return
+    for line in apply(plan):
+        click.echo(line)
+    click.echo(
+        "restart slurmctld and slurmd to load the change (EpilogSlurmctld and GRES "
+        "changes are not picked up by `scontrol reconfigure`)",
+        err=True,
+    )
+
+
+@click.command()
+@click.option(
+    "--policy",
+    "policy_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The pool policy.",
+)
+@click.option("--var", multiple=True, metavar="NAME=VALUE", help="Policy ${NAME} variable.")
+@click.option(
+    "--slurm-conf", default=None, help="The site's slurm.conf [<slurm_config_dir>/slurm.conf]."
+)
+@click.option("--systemd-dir", default="/etc/systemd/system", show_default=True)
+@click.option(
+    "--python",
+    "python",
+    default=sys.executable,
+    show_default="this interpreter",
+    help="Interpreter the hooks run with; every job user must be able to run it.",
+)
+@click.option(
+    "--python-path",
+    default=None,
+    help="PYTHONPATH for the hooks when slurmpool is not installed in --python.",
+)
+@root_option
+@dry_run_option
+def install(
+    policy_path: Path,
+    var: tuple[str, ...],
+    slurm_conf: str | None,
+    systemd_dir: str,
+    python: str,
+    python_path: str | None,
+    root: Path,
+    dry_run: bool,
+) -> None:
+    """Install hook wrappers, the generated config, the state dir and the monitord unit.
+
+    Keeps the site's own Prolog/Epilog/TaskProlog/EpilogSlurmctld running
+    through the wrappers; ``slurmpool uninstall`` restores every file exactly.
+    Running it twice changes nothing the second time.
+
+    Example: ``slurmpool install --policy pool.yaml --dry-run``
+    """
+    from slurmpool.configgen import generate
+    from slurmpool.install import InstallError, plan_install, target_for_policy
+
+    policy = _load(policy_path, var)
+    target = target_for_policy(
+        policy,
+        slurm_conf=slurm_conf,
+        systemd_dir=systemd_dir,
+        python=python,
+        python_path=python_path,
+    )
+    try:
+        plan = plan_install(target, generate(policy).files, root)
+    except InstallError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(EXIT_FAIL) from None
+    _run(plan, dry_run)
+
+
+@click.command()
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The policy install used (for its state dir).",
+)
+@click.option("--var", multiple=True, metavar="NAME=VALUE", help="Policy ${NAME} variable.")
+@click.option("--state-dir", default=None, help="The state dir holding the install manifest.")
+@root_option
+@dry_run_option
+def uninstall(
+    policy_path: Path | None, var: tuple[str, ...], state_dir: str | None, root: Path, dry_run: bool
+) -> None:
+    """Restore every file install changed, byte for byte, and remove what it created.
+
+    Example: ``slurmpool uninstall --state-dir /var/lib/slurmpool``
+    """
+    from slurmpool.install import InstallError, plan_uninstall
+
+    if state_dir is None:
+        if policy_path is None:
+            usage_error("pass --policy or --state-dir")
+        state_dir = _load(policy_path, var).paths.state_dir
+    assert state_dir is not None
+    try:
+        plan = plan_uninstall(state_dir, root)
+    except InstallError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(EXIT_FAIL) from None
+    _run(plan, dry_run)

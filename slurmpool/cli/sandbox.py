@@ -1,0 +1,151 @@
+"""``slurmpool sandbox up|down|status|env``: a real Slurm cluster on this machine."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from slurmpool.cli.common import EXIT_FAIL, echo_json
+from slurmpool.sandbox import DEFAULT_SANDBOX_DIR, Sandbox, SandboxError, SandboxOptions
+from slurmpool.slurm import Runner, SlurmCommandError
+
+dir_option = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=lambda: os.environ.get("SLURMPOOL_SANDBOX_DIR", DEFAULT_SANDBOX_DIR),
+    show_default=f"$SLURMPOOL_SANDBOX_DIR or {DEFAULT_SANDBOX_DIR}",
+    help="The sandbox directory.",
+)
+
+
+def _sandbox(directory: Path) -> Sandbox:
+    return Sandbox(directory, Runner(env=dict(os.environ)))
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    raise SystemExit(EXIT_FAIL)
+
+
+@click.group()
+def sandbox() -> None:
+    """A real Slurm cluster on this machine, on loopback, with simulated GPUs.
+
+    Example::
+
+        slurmpool sandbox up
+        eval "$(slurmpool sandbox env)"
+        sbatch --gres=vgpu:2 --wrap true
+    """
+
+
+@sandbox.command()
+@dir_option
+@click.option(
+    "--policy",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Policy to generate the config from (default: the bundled examples/sandbox.yaml).",
+)
+@click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True)
+def up(directory: Path, policy: Path | None, timeout_s: float) -> None:
+    """Start munged, MariaDB, slurmdbd, slurmctld and one slurmd per node; wait until idle.
+
+    Example: ``slurmpool sandbox up --dir /tmp/sbx``
+    """
+    sb = _sandbox(directory)
+    opts = SandboxOptions(
+        directory=directory, policy=policy, python=sys.executable, timeout_s=timeout_s
+    )
+    try:
+        state = sb.up(opts, progress=lambda msg: click.echo(f"sandbox: {msg}", err=True))
+    except SandboxError as e:
+        _fail(str(e))
+        return
+    nodes = ", ".join(state.nodes)
+    click.echo(f"sandbox up in {state.startup_s} s: cluster {state.cluster}, nodes {nodes}")
+    click.echo(f'use it with: eval "$(slurmpool sandbox env --dir {directory})"')
+
+
+@sandbox.command()
+@dir_option
+@click.option("--keep", is_flag=True, help="Keep the directory (logs) after stopping.")
+def down(directory: Path, keep: bool) -> None:
+    """Stop the daemons this sandbox started (by PID) and remove its directory."""
+    try:
+        for line in _sandbox(directory).down(remove=not keep):
+            click.echo(line)
+    except SandboxError as e:
+        _fail(str(e))
+
+
+@sandbox.command()
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(directory: Path, as_json: bool) -> None:
+    """Show the sandbox daemons and the nodes with their GRES; exit 1 when it is not up."""
+    from slurmpool.sandbox import procs
+
+    sb = _sandbox(directory)
+    st = sb.state()
+    if st is None:
+        _fail(f"no sandbox in {directory}")
+        return
+    daemons = [
+        {"name": d.name, "pid": d.pid, "running": procs.is_running(d), "log": d.log}
+        for d in st.daemons
+    ]
+    nodes: list[dict[str, str]] = []
+    error = None
+    try:
+        nodes = [
+            {
+                "name": n.name,
+                "state": "+".join((n.state, *n.flags)),
+                "gres": ",".join(str(g) for g in n.gres),
+            }
+            for n in sb.nodes()
+        ]
+    except SlurmCommandError as e:
+        error = str(e)
+    healthy = st.phase == "up" and all(d["running"] for d in daemons) and error is None
+    if as_json:
+        echo_json(
+            {
+                "directory": st.directory,
+                "phase": st.phase,
+                "healthy": healthy,
+                "slurm_conf": st.slurm_conf,
+                "ports": st.ports,
+                "daemons": daemons,
+                "nodes": nodes,
+                "error": error,
+            }
+        )
+    else:
+        click.echo(f"sandbox {st.directory}: {st.phase}, cluster {st.cluster}")
+        for d in daemons:
+            click.echo(
+                f"  {d['name']:<14} pid {d['pid']:<8} {'running' if d['running'] else 'STOPPED'}"
+            )
+        for n in nodes:
+            click.echo(f"  node {n['name']:<10} {n['state']:<12} gres {n['gres']}")
+        if error:
+            click.echo(f"  slurm: {error}")
+    if not healthy:
+        raise SystemExit(EXIT_FAIL)
+
+
+@sandbox.command()
+@dir_option
+def env(directory: Path) -> None:
+    """Print shell exports for the sandbox: ``eval "$(slurmpool sandbox env)"``."""
+    try:
+        for line in _sandbox(directory).env_lines():
+            click.echo(line)
+    except SandboxError as e:
+        _fail(str(e))

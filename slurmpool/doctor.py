@@ -1,0 +1,458 @@
+"""``slurmpool doctor``: check one node against its compiled config, say what is wrong and the fix.
+
+Checks, in order (each yields :class:`Finding` objects):
+
+* ``node-config``: the compiled node config loads and names this node;
+* ``gpu-backend``: the GPU backend answers (NVML, or the simulator);
+* ``gpu-models`` / ``mig-mode``: the GPUs are the policy's models, in the
+  policy's MIG modes (no pending mode change);
+* ``hooks``: the four wrappers are installed and executable, slurm.conf
+  includes slurmpool's fragment;
+* ``state-dir``: exists, a directory, root-owned, install's mode, writable;
+* ``slurm-node``: ``scontrol show node <name>`` shows the GRES the generated
+  fragment gives the node, and the node takes jobs;
+* ``slurmd-gres``: ``slurmd -G`` parses the generated gres.conf into the same
+  GRES for this node.
+
+The Slurm checks need a :class:`~slurmpool.slurm.runner.Runner`; pass
+``runner=None`` to skip them (a staged root with no Slurm).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurmpool.configgen.nodeconfig import (
+    NodeClassConfig,
+    NodeConfig,
+    NodeConfigError,
+    load_node_config,
+)
+from slurmpool.hostlist import HostList, HostlistError
+from slurmpool.install import FRAGMENT_NAME, HOOKS, INCLUDE_MARKER, STATE_DIR_MODE, under
+from slurmpool.slurm.conf import scan_conf, strip_comment
+from slurmpool.slurm.parse import gres_totals, parse_gres, parse_nodes, parse_slurmd_gres
+from slurmpool.slurm.runner import Runner, SlurmCommandError
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    check: str
+    ok: bool
+    message: str
+    fix: str | None = None
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else "FAIL"
+        text = f"[{mark}] {self.check}: {self.message}"
+        if self.fix and not self.ok:
+            text += f"\n       fix: {self.fix}"
+        return text
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    node: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    @property
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if not f.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "ok": self.ok, "findings": [asdict(f) for f in self.findings]}
+
+    def text(self) -> str:
+        lines = [f.line() for f in self.findings]
+        n = len(self.problems)
+        lines.append(f"{self.node}: " + ("all checks passed" if n == 0 else f"{n} problem(s)"))
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    node_config: str  # path as the node sees it
+    node: str  # SLURMD_NODENAME of this node
+    root: Path = Path("/")
+    slurm_conf: str | None = None  # default: <slurm_config_dir>/slurm.conf
+    backend_spec: str | None = None  # default: the node config's gpu_backend
+    runner: Runner | None = None  # None: skip the Slurm checks
+    check_gpus: bool = True
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def run_doctor(opts: DoctorOptions) -> DoctorReport:
+    findings: list[Finding] = []
+    try:
+        config = load_node_config(under(opts.root, opts.node_config))
+    except NodeConfigError as e:
+        findings.append(
+            Finding("node-config", False, str(e), "run `slurmpool install --policy POLICY`")
+        )
+        return DoctorReport(opts.node, tuple(findings))
+    cls = config.node_class(opts.node)
+    if cls is None:
+        findings.append(
+            Finding(
+                "node-config",
+                False,
+                f"node {opts.node!r} is in no node group of {opts.node_config} "
+                f"(groups: {', '.join(c.hostlist for c in config.classes)})",
+                "add the node to a node group's `nodes` in the policy, or pass --node NAME",
+            )
+        )
+        return DoctorReport(opts.node, tuple(findings))
+    findings.append(
+        Finding("node-config", True, f"{opts.node} is in group {cls.name} ({len(cls.gpus)} GPUs)")
+    )
+    if opts.check_gpus:
+        findings.extend(check_gpus(config, cls, opts.backend_spec))
+    findings.extend(check_hooks(config, opts))
+    findings.extend(check_state_dir(opts.root, config.paths["state_dir"]))
+    if opts.runner is not None:
+        conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
+        runner = opts.runner.with_conf(conf)
+        findings.extend(check_slurm_node(config, opts, runner))
+        findings.extend(check_slurmd_gres(config, opts, runner))
+    return DoctorReport(opts.node, tuple(findings))
+
+
+# --- GPUs -----------------------------------------------------------------
+
+
+def check_gpus(config: NodeConfig, cls: NodeClassConfig, spec: str | None) -> Iterator[Finding]:
+    from slurmpool.gpu.backend import GpuBackendError
+    from slurmpool.gpu.select import open_backend
+
+    spec = spec or config.gpu_backend
+    try:
+        backend = open_backend(spec, mig_minors_path=config.paths.get("mig_minors"))
+        gpus = {g.index: g for g in backend.gpus()}
+    except GpuBackendError as e:
+        yield Finding(
+            "gpu-backend",
+            False,
+            f"{spec}: {e}",
+            "check the NVIDIA driver (`nvidia-smi`) and nvidia-ml-py"
+            if spec == "nvml"
+            else "create the simulated node (`slurmpool sim init`) or fix gpu_backend",
+        )
+        return
+    yield Finding("gpu-backend", True, f"{spec}: {len(gpus)} GPU(s)")
+    bad_models = []
+    if len(gpus) != len(cls.gpus):
+        bad_models.append(
+            f"the policy gives group {cls.name} {len(cls.gpus)} GPUs, the node has {len(gpus)}"
+        )
+    bad_modes = []
+    for want in cls.gpus:
+        have = gpus.get(want.index)
+        if have is None:
+            bad_models.append(f"GPU {want.index}: missing (policy: {want.model})")
+            continue
+        if have.model != want.model:
+            bad_models.append(f"GPU {want.index}: {have.model or have.name} (policy: {want.model})")
+        want_mig = want.mode in ("mig", "mig-static")
+        if have.mig_current != want_mig or have.mig_pending != want_mig:
+            state = "on" if have.mig_current else "off"
+            pending = "" if have.mig_pending == have.mig_current else ", change pending a GPU reset"
+            bad_modes.append(
+                f"GPU {want.index}: MIG {state}{pending}; mode {want.mode} needs MIG "
+                f"{'on' if want_mig else 'off'}"
+            )
+    if bad_models:
+        yield Finding(
+            "gpu-models",
+            False,
+            "; ".join(bad_models),
+            "make the policy's models match `slurmpool discover`, regenerate and reinstall",
+        )
+    else:
+        yield Finding("gpu-models", True, ", ".join(f"{g.index}:{g.model}" for g in cls.gpus))
+    if bad_modes:
+        yield Finding(
+            "mig-mode",
+            False,
+            "; ".join(bad_modes),
+            "`nvidia-smi -i N -mig 1` (or 0) on an idle GPU, then reset it (`nvidia-smi -r -i N`)",
+        )
+    else:
+        yield Finding("mig-mode", True, "every GPU is in its policy MIG mode")
+
+
+# --- files ----------------------------------------------------------------
+
+
+def check_hooks(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:
+    hooks_dir = config.paths["hooks_dir"]
+    problems = []
+    for h in HOOKS:
+        path = os.path.join(hooks_dir, h.name)
+        real = under(opts.root, path)
+        if not real.is_file():
+            problems.append(f"{path} missing")
+        elif not os.access(real, os.X_OK):
+            problems.append(f"{path} not executable")
+        elif "slurmpool.hooks" not in real.read_text(errors="replace"):
+            problems.append(f"{path} is not a slurmpool wrapper")
+    if problems:
+        yield Finding(
+            "hooks", False, "; ".join(problems), "run `slurmpool install --policy POLICY`"
+        )
+    else:
+        yield Finding("hooks", True, f"4 wrappers in {hooks_dir}")
+    conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
+    fragment = os.path.join(config.paths["slurm_config_dir"], FRAGMENT_NAME)
+    try:
+        text = under(opts.root, conf).read_text()
+    except OSError as e:
+        yield Finding("slurm-conf", False, f"cannot read {conf}: {e.strerror}", "pass --slurm-conf")
+        return
+    includes = [
+        line
+        for line in scan_conf(text)
+        if line.key is not None and line.key.lower() == "include" and line.value == fragment
+    ]
+    if not includes:
+        yield Finding(
+            "slurm-conf",
+            False,
+            f"{conf} does not include {fragment}",
+            f"run `slurmpool install`, or add `Include {fragment} {INCLUDE_MARKER}`",
+        )
+    else:
+        yield Finding("slurm-conf", True, f"{conf} includes {fragment}")
+
+
+def check_state_dir(root: Path, state_dir: str, euid: int | None = None) -> Iterator[Finding]:
+    euid = os.geteuid() if euid is None else euid
+    real = under(root, state_dir)
+    fix = (
+        f"install -d -m {STATE_DIR_MODE:04o} -o root -g root {state_dir}"
+        "  (or rerun `slurmpool install`)"
+    )
+    try:
+        st = real.stat()
+    except FileNotFoundError:
+        yield Finding("state-dir", False, f"{state_dir} does not exist", fix)
+        return
+    problems = []
+    if not stat.S_ISDIR(st.st_mode):
+        problems.append("not a directory")
+    else:
+        if st.st_uid != 0:
+            problems.append(f"owned by uid {st.st_uid}, expected root")
+        if stat.S_IMODE(st.st_mode) != STATE_DIR_MODE:
+            mode = stat.S_IMODE(st.st_mode)
+            problems.append(f"mode {mode:04o}, expected {STATE_DIR_MODE:04o}")
+        try:
+            with tempfile.NamedTemporaryFile(dir=real, prefix=".doctor-"):
+                pass
+        except OSError as e:
+            problems.append(f"not writable: {e.strerror}")
+    if problems and euid != 0 and problems == [f"owned by uid {st.st_uid}, expected root"]:
+        problems = []  # a staged tree checked as an ordinary user
+    if problems:
+        yield Finding("state-dir", False, f"{state_dir}: " + "; ".join(problems), fix)
+    else:
+        yield Finding("state-dir", True, f"{state_dir}: root-owned, {STATE_DIR_MODE:04o}, writable")
+
+
+# --- Slurm ----------------------------------------------------------------
+
+
+def expected_node_gres(fragment_text: str, node: str) -> str | None:
+    """The ``Gres=`` the generated fragment gives ``node`` (None if no line has it)."""
+    for line in scan_conf(fragment_text):
+        if not line.is_key("NodeName") or line.value is None:
+            continue
+        try:
+            if node not in HostList(line.value):
+                continue
+        except HostlistError:
+            continue
+        for token in strip_comment(line.text).split():
+            if token.lower().startswith("gres="):
+                return token.split("=", 1)[1]
+        return ""
+    return None
+
+
+def check_slurm_node(config: NodeConfig, opts: DoctorOptions, runner: Runner) -> Iterator[Finding]:
+    fragment = os.path.join(config.paths["slurm_config_dir"], FRAGMENT_NAME)
+    try:
+        want_text = expected_node_gres(under(opts.root, fragment).read_text(), opts.node)
+    except OSError as e:
+        yield Finding("slurm-node", False, f"cannot read {fragment}: {e.strerror}", "rerun install")
+        return
+    if want_text is None:
+        yield Finding(
+            "slurm-node", False, f"{fragment} has no NodeName line for {opts.node}", "regenerate"
+        )
+        return
+    try:
+        out = runner.run("scontrol", "show", "node", opts.node, timeout=15)
+    except SlurmCommandError as e:
+        yield Finding(
+            "slurm-node",
+            False,
+            f"scontrol show node {opts.node}: {e}",
+            "is slurmctld up and does slurm.conf define the node? (`scontrol ping`)",
+        )
+        return
+    nodes = parse_nodes(out.stdout)
+    if not nodes:
+        yield Finding(
+            "slurm-node", False, f"slurmctld does not know {opts.node}", "scontrol reconfigure"
+        )
+        return
+    node = nodes[0]
+    want = gres_totals(parse_gres(want_text))
+    have = gres_totals(list(node.gres))
+    if want != have:
+        yield Finding(
+            "slurm-node",
+            False,
+            f"slurmctld has Gres={','.join(str(g) for g in node.gres) or '(none)'} for "
+            f"{opts.node}, the generated config says Gres={want_text}",
+            "restart slurmctld and slurmd after install (`scontrol reconfigure` does not "
+            "change GRES of registered nodes)",
+        )
+    else:
+        yield Finding("slurm-node", True, f"Gres={want_text} as generated")
+    if not node.available:
+        state = "+".join((node.state, *node.flags))
+        yield Finding(
+            "slurm-node-state",
+            False,
+            f"{opts.node} is {state}" + (f": {node.reason}" if node.reason else ""),
+            f"fix the cause, then `scontrol update nodename={opts.node} state=resume`",
+        )
+
+
+_BRACKET_RE = re.compile(r"^(.*?)\[([0-9,\-]+)\](.*)$")
+
+
+def expand_files(spec: str) -> list[str]:
+    """gres.conf ``File=`` list: ``/dev/nvidia[0-1],/dev/x`` -> every path."""
+    out: list[str] = []
+    depth = 0
+    part = ""
+    parts = []
+    for ch in spec:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(part)
+            part = ""
+        else:
+            part += ch
+    parts.append(part)
+    for p in parts:
+        m = _BRACKET_RE.match(p)
+        if m is None:
+            out.append(p)
+            continue
+        head, body, tail = m.groups()
+        for item in body.split(","):
+            lo, _, hi = item.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{head}{i:0{width}d}{tail}")
+    return [p for p in out if p]
+
+
+def _gres_conf_entries(text: str, node: str) -> dict[tuple[str, str | None], tuple[int, set[str]]]:
+    """(name, type) -> (count, files) of the gres.conf lines that apply to ``node``."""
+    out: dict[tuple[str, str | None], tuple[int, set[str]]] = {}
+    for raw in text.splitlines():
+        body = strip_comment(raw)
+        if not body:
+            continue
+        fields = {}
+        for token in body.split():
+            k, sep, v = token.partition("=")
+            if sep:
+                fields[k.lower()] = v
+        if "name" not in fields:
+            continue
+        if "nodename" in fields:
+            try:
+                if node not in HostList(fields["nodename"]):
+                    continue
+            except HostlistError:
+                continue
+        files: set[str] = set()
+        spec = fields.get("file") or fields.get("multiplefiles")
+        if spec:
+            files.update(expand_files(spec))
+        # File= is one GRES per file; MultipleFiles= is ONE GRES using all its files.
+        if fields.get("count", "").isdigit():
+            count = int(fields["count"])
+        elif "file" in fields:
+            count = len(files)
+        else:
+            count = 1
+        key = (fields["name"], fields.get("type"))
+        old_count, old_files = out.get(key, (0, set()))
+        out[key] = (old_count + count, old_files | files)
+    return out
+
+
+def check_slurmd_gres(config: NodeConfig, opts: DoctorOptions, runner: Runner) -> Iterator[Finding]:
+    gres_conf = os.path.join(config.paths["slurm_config_dir"], "gres.conf")
+    try:
+        want = _gres_conf_entries(under(opts.root, gres_conf).read_text(), opts.node)
+    except OSError as e:
+        yield Finding(
+            "slurmd-gres", False, f"cannot read {gres_conf}: {e.strerror}", "rerun install"
+        )
+        return
+    try:
+        res = runner.run("slurmd", "-G", "-N", opts.node, timeout=20, check=False)
+    except SlurmCommandError as e:
+        yield Finding("slurmd-gres", False, f"slurmd -G: {e}", "install slurmd on this node")
+        return
+    output = res.stdout + res.stderr
+    entries = parse_slurmd_gres(output)
+    if res.returncode != 0 or "fatal:" in output or ("error:" in output and not entries):
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        yield Finding(
+            "slurmd-gres",
+            False,
+            f"slurmd -G -N {opts.node} rejects the config: {tail}",
+            "check the device files gres.conf names exist on this node (character devices)",
+        )
+        return
+    have: dict[tuple[str, str | None], tuple[int, set[str]]] = {}
+    for entry in entries:
+        key = (entry.name, entry.type)
+        count, files = have.get(key, (0, set()))
+        have[key] = (count + entry.count, files | ({entry.file} if entry.file else set()))
+    if have != want:
+
+        def fmt(d: dict[tuple[str, str | None], tuple[int, set[str]]]) -> str:
+            return ", ".join(
+                f"{n}{':' + t if t else ''}={c}" + (f"[{','.join(sorted(f))}]" if f else "")
+                for (n, t), (c, f) in sorted(d.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+            )
+
+        yield Finding(
+            "slurmd-gres",
+            False,
+            f"slurmd parsed {fmt(have) or 'nothing'}; the generated gres.conf says {fmt(want)}",
+            "reinstall the generated gres.conf next to slurm.conf and restart slurmd",
+        )
+    else:
+        yield Finding("slurmd-gres", True, f"slurmd -G agrees with {gres_conf}")

@@ -1,0 +1,10 @@
+"""Slurm hook entry points.
+
+``python -m slurmpool.hooks prolog|task-prolog|epilog|epilog-slurmctld``.
+
+Import-light on purpose (standard library, the node config loader and
+nothing else): a hook runs on every job start and end.  Each hook is a
+function in :data:`slurmpool.hooks.dispatch.HOOKS` taking a
+:class:`~slurmpool.hooks.context.HookContext`; later work (MIG carving,
+release, accounting) replaces those functions, not this plumbing.
+"""

@@ -1,0 +1,62 @@
+"""What a hook knows about the job: read from the environment mapping Slurm gives it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from slurmpool.configgen.nodeconfig import NodeConfig
+from slurmpool.hooks.log import HookLog
+
+# Variables the hooks read, in the order they are logged.
+JOB_VARS = (
+    "SLURM_JOB_ID",
+    "SLURM_JOB_UID",
+    "SLURM_JOB_USER",
+    "SLURM_JOB_PARTITION",
+    "SLURMD_NODENAME",
+    "SLURM_CLUSTER_NAME",
+    "SLURM_JOB_GPUS",
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_SCRIPT_CONTEXT",
+    "SLURM_JOB_RESTART_COUNT",
+)
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    job_id: str | None
+    uid: int | None
+    user: str | None
+    partition: str | None
+    node: str | None
+    cluster: str | None
+    job_gpus: str | None
+    context: str | None
+    restart_count: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> JobEnv:
+        uid = env.get("SLURM_JOB_UID")
+        restarts = env.get("SLURM_JOB_RESTART_COUNT", "0")
+        return cls(
+            job_id=env.get("SLURM_JOB_ID"),
+            uid=int(uid) if uid and uid.isdigit() else None,
+            user=env.get("SLURM_JOB_USER"),
+            partition=env.get("SLURM_JOB_PARTITION"),
+            node=env.get("SLURMD_NODENAME"),
+            cluster=env.get("SLURM_CLUSTER_NAME"),
+            job_gpus=env.get("SLURM_JOB_GPUS"),
+            context=env.get("SLURM_SCRIPT_CONTEXT"),
+            restart_count=int(restarts) if restarts.isdigit() else 0,
+        )
+
+
+@dataclass(frozen=True)
+class HookContext:
+    hook: str
+    env: Mapping[str, str]
+    job: JobEnv
+    config: NodeConfig
+    log: HookLog
+    node_config_path: str

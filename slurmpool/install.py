@@ -1,0 +1,684 @@
+"""Installing slurmpool into a node's Slurm, and taking it out again exactly.
+
+``plan_install`` computes every file change as data (path, old bytes, new
+bytes, mode); ``apply`` writes them atomically; ``Plan.diff`` is what
+``--dry-run`` prints.  A plan that changes nothing is empty, so a second
+install says "nothing to do".
+
+What install writes, all under ``root`` (``/`` on a real node):
+
+* hook wrappers ``<hooks_dir>/prolog|task-prolog|epilog|epilog-slurmctld``,
+  shell scripts that run the site's original hook and slurmpool's hook in a
+  fixed order (:data:`HOOKS`) and propagate failures;
+* the generated files (``slurmpool.conf``, ``gres.conf``, ``cgroup.conf``,
+  ``job_submit.lua``, ``node-config.json``) into the Slurm config directory;
+* the state directory (root-owned, 0711: others may traverse it to reach
+  their own job's export file, not list it) with the install manifest;
+* the ``slurmpool-monitord.service`` unit (installed, not enabled);
+* ``slurm.conf``: one ``Include <config_dir>/slurmpool.conf`` line appended,
+  and each site line slurmpool takes over (``Prolog=``, ``Epilog=``,
+  ``TaskProlog=``, ``EpilogSlurmctld=``, and any other key the fragment
+  sets) commented out behind the :data:`DISABLED_PREFIX` marker.
+
+The manifest records the original bytes and mode of every file install
+touched; ``plan_uninstall`` restores them byte for byte and removes what
+install created.  If an admin edited ``slurm.conf`` after install, uninstall
+reverses only slurmpool's own edits (marker lines and the Include line) and
+keeps the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import hashlib
+import json
+import os
+import shlex
+import stat
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from slurmpool.slurm.conf import scan_conf, strip_comment
+
+if TYPE_CHECKING:
+    from slurmpool.policy import Policy
+
+MANIFEST_NAME = "install-manifest.json"
+MANIFEST_SCHEMA = 1
+DISABLED_PREFIX = "#slurmpool-disabled: "
+INCLUDE_MARKER = "#slurmpool-include"
+FRAGMENT_NAME = "slurmpool.conf"
+UNIT_NAME = "slurmpool-monitord.service"
+HOOK_LOG_NAME = "hooks.log"
+# Traversable, not listable: the TaskProlog (the job's user) reads jobs/<id>.env.
+STATE_DIR_MODE = 0o711
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+Order = Literal["site-first", "slurmpool-first", "both"]
+
+
+@dataclass(frozen=True, slots=True)
+class HookSpec:
+    name: str  # file name in hooks_dir and argument of `python -m slurmpool.hooks`
+    slurm_key: str  # slurm.conf key
+    order: Order
+    order_text: str
+
+
+HOOKS: tuple[HookSpec, ...] = (
+    HookSpec(
+        "prolog",
+        "Prolog",
+        "site-first",
+        "the site's Prolog first, then slurmpool's; if the site's fails, its status is "
+        "returned and slurmpool's is not run.",
+    ),
+    HookSpec(
+        "task-prolog",
+        "TaskProlog",
+        "both",
+        "the site's TaskProlog, then slurmpool's; both always run and their outputs are "
+        "concatenated (slurmpool's exports come last and win); the first failure is returned.",
+    ),
+    HookSpec(
+        "epilog",
+        "Epilog",
+        "slurmpool-first",
+        "slurmpool's Epilog first (releases GPUs), then the site's, which always runs; "
+        "slurmpool's failure is returned, else the site's status.",
+    ),
+    HookSpec(
+        "epilog-slurmctld",
+        "EpilogSlurmctld",
+        "slurmpool-first",
+        "slurmpool's EpilogSlurmctld first, then the site's, which always runs; "
+        "slurmpool's failure is returned, else the site's status.",
+    ),
+)
+HOOK_KEYS = {h.slurm_key.lower(): h for h in HOOKS}
+
+
+class InstallError(RuntimeError):
+    """Install or uninstall cannot proceed; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class InstallTarget:
+    """Where things go on the node (absolute paths as the node sees them)."""
+
+    slurm_conf: str
+    config_dir: str
+    hooks_dir: str
+    state_dir: str
+    systemd_dir: str = "/etc/systemd/system"
+    python: str = sys.executable
+    python_path: str | None = None  # PYTHONPATH for the hooks (slurmpool not installed in python)
+    timeout_bin: str = "/usr/bin/timeout"
+    path: str = DEFAULT_PATH
+    hook_timeouts: Mapping[str, int] = field(default_factory=dict)  # hook name -> seconds
+
+    @property
+    def node_config(self) -> str:
+        return os.path.join(self.config_dir, "node-config.json")
+
+    @property
+    def manifest(self) -> str:
+        return os.path.join(self.state_dir, MANIFEST_NAME)
+
+    @property
+    def fragment(self) -> str:
+        return os.path.join(self.config_dir, FRAGMENT_NAME)
+
+    @property
+    def include_line(self) -> str:
+        return f"Include {self.fragment} {INCLUDE_MARKER}"
+
+
+def target_for_policy(
+    policy: Policy,
+    *,
+    slurm_conf: str | None = None,
+    systemd_dir: str = "/etc/systemd/system",
+    python: str = sys.executable,
+    python_path: str | None = None,
+    timeout_bin: str = "/usr/bin/timeout",
+) -> InstallTarget:
+    """The install target a policy describes (``slurm.conf`` defaults to its config dir)."""
+    config_dir = policy.paths.slurm_config_dir.rstrip("/") or "/"
+    return InstallTarget(
+        slurm_conf=slurm_conf or os.path.join(config_dir, "slurm.conf"),
+        config_dir=config_dir,
+        hooks_dir=policy.paths.hooks_dir,
+        state_dir=policy.paths.state_dir,
+        systemd_dir=systemd_dir,
+        python=python,
+        python_path=python_path,
+        timeout_bin=timeout_bin,
+        hook_timeouts={
+            "prolog": policy.hooks.prolog_timeout_s,
+            "task-prolog": policy.hooks.task_prolog_timeout_s,
+            "epilog": policy.hooks.epilog_timeout_s,
+            "epilog-slurmctld": policy.hooks.epilog_slurmctld_timeout_s,
+        },
+    )
+
+
+def others_can_run(path: str) -> bool:
+    """True when any user can execute ``path`` (o+x on the file and every directory above)."""
+    try:
+        real = Path(path).resolve(strict=True)
+    except OSError:
+        return False
+    if not real.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
+
+
+# --- plans ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    path: str  # as the node sees it (without root)
+    old: bytes | None  # None: does not exist
+    new: bytes | None  # None: delete
+    mode: int = 0o644
+
+    @property
+    def action(self) -> str:
+        if self.old is None:
+            return "create"
+        if self.new is None:
+            return "delete"
+        return "modify"
+
+
+@dataclass(frozen=True, slots=True)
+class DirChange:
+    path: str
+    action: Literal["create", "remove", "fix-mode"]
+    mode: int = 0o755
+    owner_root: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    root: Path
+    dirs: tuple[DirChange, ...] = ()
+    files: tuple[FileChange, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.dirs and not self.files
+
+    def real(self, path: str) -> Path:
+        return under(self.root, path)
+
+    def summary(self) -> list[str]:
+        lines = [f"{d.action} directory {d.path} (mode {d.mode:04o})" for d in self.dirs]
+        lines += [f"{f.action} {f.path}" for f in self.files]
+        return lines
+
+    def diff(self) -> str:
+        """A unified diff of every file change (``--dry-run`` output)."""
+        out: list[str] = []
+        for d in self.dirs:
+            out.append(f"# {d.action} directory {d.path} (mode {d.mode:04o})\n")
+        for f in self.files:
+            old = _text_lines(f.old)
+            new = _text_lines(f.new)
+            a = "/dev/null" if f.old is None else f"a{f.path}"
+            b = "/dev/null" if f.new is None else f"b{f.path}"
+            out.extend(difflib.unified_diff(old, new, a, b))
+            if out and not out[-1].endswith("\n"):
+                out[-1] += "\n"
+        return "".join(out)
+
+
+def _text_lines(data: bytes | None) -> list[str]:
+    if data is None:
+        return []
+    return data.decode(errors="replace").splitlines(keepends=True)
+
+
+def under(root: Path, path: str) -> Path:
+    """``path`` (absolute, as the node sees it) inside the staging ``root``."""
+    if not os.path.isabs(path):
+        raise InstallError(f"{path!r} is not an absolute path")
+    return root / path.lstrip("/")
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return None
+
+
+# --- slurm.conf editing ---------------------------------------------------
+
+
+def _fragment_keys(fragment: str) -> set[str]:
+    """Scalar keys the generated fragment sets (lower case)."""
+    keys = set()
+    for line in scan_conf(fragment):
+        if line.key is not None and line.key.lower() not in (
+            "nodename",
+            "partitionname",
+            "include",
+        ):
+            keys.add(line.key.lower())
+    return keys
+
+
+def pristine_conf(text: str, target: InstallTarget) -> str:
+    """``slurm.conf`` text with slurmpool's edits reversed (the site's own lines)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\n")
+        if body.strip() == target.include_line or (
+            INCLUDE_MARKER in body and strip_comment(body) == f"Include {target.fragment}"
+        ):
+            continue
+        if body.startswith(DISABLED_PREFIX):
+            line = line[len(DISABLED_PREFIX) :]
+        out.append(line)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class ConfEdit:
+    text: str
+    site_hooks: dict[str, list[str]]  # slurm key -> the site's hook programs
+    disabled: list[str]  # site lines commented out
+    notes: list[str]
+
+
+def edit_conf(pristine: str, fragment: str, target: InstallTarget) -> ConfEdit:
+    """Comment out the site lines slurmpool takes over and append the Include line."""
+    taken = _fragment_keys(fragment) | set(HOOK_KEYS)
+    site_hooks: dict[str, list[str]] = {}
+    disabled: list[str] = []
+    notes: list[str] = []
+    scanned = {line.index: line for line in scan_conf(pristine)}
+    out = []
+    for i, line in enumerate(pristine.splitlines(keepends=True)):
+        info = scanned.get(i)
+        key = info.key.lower() if info is not None and info.key is not None else None
+        if key is not None and key in taken:
+            assert info is not None and info.key is not None
+            if key in HOOK_KEYS:
+                spec = HOOK_KEYS[key]
+                value = info.value or ""
+                site_hooks[spec.slurm_key] = [p.strip() for p in value.split(",") if p.strip()]
+            else:
+                notes.append(
+                    f"site setting {line.strip()!r} is replaced by slurmpool's {info.key} "
+                    f"(see {target.fragment}); merge by hand if the site needs both"
+                )
+            disabled.append(line.rstrip("\n"))
+            out.append(DISABLED_PREFIX + line)
+            continue
+        if key in ("nodename", "partitionname"):
+            pass  # duplicates are reported by doctor; install never rewrites node lines
+        out.append(line)
+    text = "".join(out)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    text += target.include_line + "\n"
+    return ConfEdit(text, site_hooks, disabled, notes)
+
+
+# --- rendering ------------------------------------------------------------
+
+
+def _sh(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def render_wrapper(spec: HookSpec, site_hooks: Sequence[str], target: InstallTarget) -> str:
+    import jinja2
+
+    from slurmpool.resources import templates_dir
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["sh"] = _sh
+    return env.get_template("hook-wrapper.sh.j2").render(
+        hook=spec.name,
+        slurm_key=spec.slurm_key,
+        order=spec.order,
+        order_text=spec.order_text,
+        site_hooks=list(site_hooks),
+        path=target.path,
+        slurm_conf=target.slurm_conf,
+        timeout=target.timeout_bin,
+        timeout_s=int(target.hook_timeouts.get(spec.name, 30)),
+        python=target.python,
+        python_path=target.python_path,
+        node_config=target.node_config,
+        log_file=os.path.join(target.state_dir, HOOK_LOG_NAME),
+    )
+
+
+def render_unit(target: InstallTarget) -> str:
+    import jinja2
+
+    from slurmpool.resources import templates_dir
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    return env.get_template("slurmpool-monitord.service.j2").render(
+        python=target.python, node_config=target.node_config, slurm_conf=target.slurm_conf
+    )
+
+
+# --- manifest -------------------------------------------------------------
+
+
+@dataclass
+class Manifest:
+    slurm_conf: str
+    files: dict[str, tuple[bytes | None, int | None]]  # path -> (original bytes, original mode)
+    dirs_created: list[str]
+    site_hooks: dict[str, list[str]]
+    disabled_lines: list[str]
+    installed_conf_sha256: str
+
+    def to_bytes(self) -> bytes:
+        data: dict[str, Any] = {
+            "schema": MANIFEST_SCHEMA,
+            "slurm_conf": self.slurm_conf,
+            "installed_conf_sha256": self.installed_conf_sha256,
+            "site_hooks": self.site_hooks,
+            "disabled_lines": self.disabled_lines,
+            "dirs_created": self.dirs_created,
+            "files": {
+                path: {
+                    "original": None if old is None else base64.b64encode(old).decode(),
+                    "mode": mode,
+                }
+                for path, (old, mode) in sorted(self.files.items())
+            },
+        }
+        return (json.dumps(data, indent=2) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str) -> Manifest:
+        try:
+            d = json.loads(data)
+            if d.get("schema") != MANIFEST_SCHEMA:
+                raise InstallError(
+                    f"{source}: manifest schema {d.get('schema')!r}, expected {MANIFEST_SCHEMA}"
+                )
+            return cls(
+                slurm_conf=str(d["slurm_conf"]),
+                files={
+                    str(p): (
+                        None if v["original"] is None else base64.b64decode(v["original"]),
+                        None if v["mode"] is None else int(v["mode"]),
+                    )
+                    for p, v in d["files"].items()
+                },
+                dirs_created=[str(x) for x in d["dirs_created"]],
+                site_hooks={str(k): [str(x) for x in v] for k, v in d["site_hooks"].items()},
+                disabled_lines=[str(x) for x in d["disabled_lines"]],
+                installed_conf_sha256=str(d["installed_conf_sha256"]),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise InstallError(f"{source}: malformed install manifest: {err!r}") from None
+
+
+def read_manifest(root: Path, state_dir: str) -> Manifest | None:
+    path = under(root, os.path.join(state_dir, MANIFEST_NAME))
+    data = _read(path)
+    if data is None:
+        return None
+    return Manifest.from_bytes(data, str(path))
+
+
+# --- install --------------------------------------------------------------
+
+GENERATED_FILES = ("slurmpool.conf", "gres.conf", "cgroup.conf", "job_submit.lua")
+
+
+def plan_install(
+    target: InstallTarget, generated: Mapping[str, str], root: str | os.PathLike[str] = "/"
+) -> Plan:
+    """Every change needed so the node matches ``target`` with ``generated`` files."""
+    root_p = Path(root)
+    conf_path = under(root_p, target.slurm_conf)
+    current_conf = _read(conf_path)
+    if current_conf is None:
+        raise InstallError(
+            f"{conf_path}: no slurm.conf there; install edits the site's slurm.conf, "
+            "pass the right one with --slurm-conf (or --root for a staged tree)"
+        )
+    missing = [n for n in (*GENERATED_FILES, "node-config.json") if n not in generated]
+    if missing:
+        raise InstallError(f"generated config lacks {', '.join(missing)}")
+    old_manifest = read_manifest(root_p, target.state_dir)
+
+    pristine = pristine_conf(current_conf.decode(), target)
+    edit = edit_conf(pristine, generated[FRAGMENT_NAME], target)
+    wrappers = {os.path.join(target.hooks_dir, h.name) for h in HOOKS}
+    for key, programs in edit.site_hooks.items():
+        clash = [p for p in programs if p in wrappers]
+        if clash:
+            raise InstallError(
+                f"the site's {key}={','.join(programs)} is where slurmpool puts its wrapper "
+                f"({clash[0]}); move the site's hook or set another paths.hooks_dir in the policy"
+            )
+
+    desired: dict[str, tuple[bytes, int]] = {}
+    for name in GENERATED_FILES:
+        desired[os.path.join(target.config_dir, name)] = (generated[name].encode(), 0o644)
+    desired[target.node_config] = (generated["node-config.json"].encode(), 0o644)
+    for spec in HOOKS:
+        text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target)
+        desired[os.path.join(target.hooks_dir, spec.name)] = (text.encode(), 0o755)
+    desired[os.path.join(target.systemd_dir, UNIT_NAME)] = (render_unit(target).encode(), 0o644)
+    conf_mode = _mode(conf_path) or 0o644
+    desired[target.slurm_conf] = (edit.text.encode(), conf_mode)
+
+    # Directories: what is missing gets created (and recorded for uninstall).
+    dirs: list[DirChange] = []
+    created: list[str] = list(old_manifest.dirs_created) if old_manifest else []
+    wanted_dirs = [target.config_dir, target.hooks_dir, target.systemd_dir]
+    for d in _missing_dirs(root_p, wanted_dirs):
+        dirs.append(DirChange(d, "create", 0o755))
+        created.append(d)
+    state_real = under(root_p, target.state_dir)
+    if not state_real.exists():
+        for d in _missing_dirs(root_p, [os.path.dirname(target.state_dir)]):
+            dirs.append(DirChange(d, "create", 0o755))
+            created.append(d)
+        dirs.append(DirChange(target.state_dir, "create", STATE_DIR_MODE, owner_root=True))
+        created.append(target.state_dir)
+    else:
+        st = state_real.stat()
+        if stat.S_IMODE(st.st_mode) != STATE_DIR_MODE or (os.geteuid() == 0 and st.st_uid != 0):
+            dirs.append(DirChange(target.state_dir, "fix-mode", STATE_DIR_MODE, owner_root=True))
+
+    files: list[FileChange] = []
+    originals: dict[str, tuple[bytes | None, int | None]] = (
+        dict(old_manifest.files) if old_manifest else {}
+    )
+    for path, (new, mode) in desired.items():
+        real = under(root_p, path)
+        old = _read(real)
+        old_mode = _mode(real)
+        if path not in originals:
+            originals[path] = (old, old_mode)
+        if old != new or (old_mode is not None and old_mode != mode):
+            files.append(FileChange(path, old, new, mode))
+
+    manifest = Manifest(
+        slurm_conf=target.slurm_conf,
+        files=originals,
+        dirs_created=_dedupe(created),
+        site_hooks=edit.site_hooks
+        if not old_manifest
+        else (old_manifest.site_hooks or edit.site_hooks),
+        disabled_lines=edit.disabled,
+        installed_conf_sha256=hashlib.sha256(edit.text.encode()).hexdigest(),
+    )
+    manifest_bytes = manifest.to_bytes()
+    manifest_real = under(root_p, target.manifest)
+    old_manifest_bytes = _read(manifest_real)
+    if old_manifest_bytes != manifest_bytes:
+        files.append(FileChange(target.manifest, old_manifest_bytes, manifest_bytes, 0o600))
+    notes = list(edit.notes)
+    if not others_can_run(target.python):
+        notes.append(
+            f"job users cannot run {target.python} (TaskProlog runs as the job's user, so their "
+            "jobs would fail): install with an interpreter every user can run (--python)"
+        )
+    return Plan(root_p, tuple(dirs), tuple(files), tuple(notes))
+
+
+def _missing_dirs(root: Path, paths: Sequence[str]) -> list[str]:
+    """Directories to create, parents first, for every path in ``paths``."""
+    out: list[str] = []
+    for p in paths:
+        chain = []
+        cur = p
+        while cur not in ("/", "") and not under(root, cur).exists():
+            chain.append(cur)
+            cur = os.path.dirname(cur)
+        for c in reversed(chain):
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def _dedupe(items: Sequence[str]) -> list[str]:
+    seen: list[str] = []
+    for i in items:
+        if i not in seen:
+            seen.append(i)
+    return seen
+
+
+# --- uninstall ------------------------------------------------------------
+
+
+def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
+    """Changes that put back every file install touched, from the manifest."""
+    root_p = Path(root)
+    manifest = read_manifest(root_p, state_dir)
+    if manifest is None:
+        return Plan(root_p, notes=(f"no install manifest in {state_dir}: nothing installed",))
+    notes: list[str] = []
+    files: list[FileChange] = []
+    for path, (original, mode) in sorted(manifest.files.items()):
+        real = under(root_p, path)
+        current = _read(real)
+        edited = (
+            path == manifest.slurm_conf
+            and current is not None
+            and original is not None
+            and hashlib.sha256(current).hexdigest() != manifest.installed_conf_sha256
+        )
+        if edited and current is not None:
+            # Edited since install: undo only slurmpool's own lines.
+            target = _target_from_manifest(manifest, state_dir)
+            restored = pristine_conf(current.decode(), target).encode()
+            notes.append(
+                f"{path} changed since install; removed slurmpool's lines and kept the rest"
+            )
+            if restored != current:
+                files.append(FileChange(path, current, restored, mode or 0o644))
+            continue
+        if original is None:
+            if current is not None:
+                files.append(FileChange(path, current, None))
+        elif current != original or _mode(real) != mode:
+            files.append(FileChange(path, current, original, mode if mode is not None else 0o644))
+    manifest_path = os.path.join(state_dir, MANIFEST_NAME)
+    files.append(FileChange(manifest_path, _read(under(root_p, manifest_path)), None))
+    dirs = [DirChange(d, "remove") for d in reversed(manifest.dirs_created)]
+    return Plan(root_p, tuple(dirs), tuple(files), tuple(notes))
+
+
+def _target_from_manifest(manifest: Manifest, state_dir: str) -> InstallTarget:
+    fragment = next((p for p in manifest.files if p.endswith("/" + FRAGMENT_NAME)), None)
+    config_dir = os.path.dirname(fragment) if fragment else os.path.dirname(manifest.slurm_conf)
+    return InstallTarget(
+        slurm_conf=manifest.slurm_conf, config_dir=config_dir, hooks_dir="/", state_dir=state_dir
+    )
+
+
+# --- apply ----------------------------------------------------------------
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.slurmpool-tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def apply(plan: Plan) -> list[str]:
+    """Carry the plan out; return what was done (one line per change)."""
+    done: list[str] = []
+    removals = [d for d in plan.dirs if d.action == "remove"]
+    for d in plan.dirs:
+        real = plan.real(d.path)
+        if d.action == "create":
+            real.mkdir(mode=d.mode, exist_ok=True)
+            os.chmod(real, d.mode)
+        elif d.action == "fix-mode":
+            os.chmod(real, d.mode)
+        else:
+            continue
+        if d.owner_root and os.geteuid() == 0:
+            os.chown(real, 0, 0)
+        done.append(f"{d.action} directory {d.path}")
+    for f in plan.files:
+        real = plan.real(f.path)
+        if f.new is None:
+            real.unlink(missing_ok=True)
+        else:
+            _write_atomic(real, f.new, f.mode)
+        done.append(f"{f.action} {f.path}")
+    for d in removals:
+        real = plan.real(d.path)
+        try:
+            real.rmdir()
+            done.append(f"remove directory {d.path}")
+        except FileNotFoundError:
+            pass
+        except OSError:
+            done.append(f"kept directory {d.path} (not empty)")
+    return done

@@ -1,0 +1,672 @@
+"""``slurmpool sandbox``: a real Slurm cluster on this machine, on loopback.
+
+``up`` starts munged, MariaDB, slurmdbd, slurmctld and one slurmd per node
+of the policy (default: the bundled ``examples/sandbox.yaml``), every one in
+the foreground under this sandbox's directory, with ports picked free at
+``up``.  Each slurmd runs in its own mount namespace where its host's
+simulated GPUs (sim state, device nodes, mig-minors) and state dir are
+bind-mounted at the same paths, so one generated config serves every node
+as on real hosts.  The generated config goes in with the same code as
+``slurmpool install``, over a base ``slurm.conf`` that plays the site's
+(including a site Prolog that slurmpool must keep running).
+
+Every PID started is recorded in ``sandbox.json``; ``down`` signals only
+those PIDs.  Nothing is installed on the machine: missing programs are
+reported with the ``apt-get install`` line that provides them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmpool.install import apply, others_can_run, plan_install, target_for_policy
+from slurmpool.policy import Policy
+from slurmpool.sandbox import procs
+from slurmpool.sandbox.layout import (
+    DEFAULT_SANDBOX_DIR,
+    PER_HOST_DIRS,
+    Layout,
+    SandboxState,
+    load_state,
+)
+from slurmpool.sandbox.requirements import missing_programs
+from slurmpool.slurm.parse import NodeInfo, parse_nodes
+from slurmpool.slurm.runner import Runner, SlurmCommandError
+
+MARIADB_USER = "slurm"
+ACCOUNT = "sandbox"
+SITE_PROLOG_NAME = "prolog.sh"
+SITE_PROLOG_LOG = "prolog.log"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be brought up (the message says which daemon and why)."""
+
+
+class SandboxRunning(SandboxError):
+    """A sandbox is already running in that directory."""
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    directory: Path = Path(DEFAULT_SANDBOX_DIR)
+    policy: Path | None = None  # default: the bundled examples/sandbox.yaml
+    python: str = sys.executable
+    timeout_s: float = 90.0
+    cluster: str | None = None  # default: the policy's cluster name
+    # Interpreter for the hooks; default: ``python`` if every user can run it, else the
+    # system python3 with this slurmpool's source on PYTHONPATH (the hooks need only the
+    # standard library).
+    hook_python: str | None = None
+
+
+def hook_interpreter(options: SandboxOptions) -> tuple[str, str | None]:
+    """(interpreter, PYTHONPATH) for the hook wrappers that job users can run."""
+    if options.hook_python is not None:
+        return options.hook_python, None
+    if others_can_run(options.python):
+        return options.python, None
+    source = Path(__file__).resolve().parents[2]
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if others_can_run(candidate) and others_can_run(str(source)):
+            return candidate, ":".join([str(source), *_hook_pylib(options)])
+    raise SandboxError(
+        f"job users cannot run {options.python} (TaskProlog runs as the job's user) and no "
+        "system python3 can run slurmpool from its source; pass hook_python"
+    )
+
+
+def _hook_pylib(options: SandboxOptions) -> list[str]:
+    """A world-readable copy of pynvml (one file) for the system python3: the prolog
+    and epilog open the simulator's NVML backend, which needs pynvml's classes."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    pylib = Path(options.directory).absolute() / "pylib"
+    pylib.mkdir(parents=True, exist_ok=True)
+    os.chmod(pylib, 0o755)
+    target = pylib / "pynvml.py"
+    shutil.copyfile(str(pynvml.__file__), target)
+    os.chmod(target, 0o644)
+    return [str(pylib)]
+
+
+def default_policy_path() -> Path:
+    pkg = Path(__file__).resolve().parent.parent
+    for candidate in (
+        pkg / "_data" / "examples" / "sandbox.yaml",
+        pkg.parent / "examples" / "sandbox.yaml",
+    ):
+        if candidate.is_file():
+            return candidate
+    raise SandboxError(
+        "the bundled examples/sandbox.yaml is missing from this installation; pass --policy"
+    )
+
+
+# --- small helpers --------------------------------------------------------
+
+
+def free_port_block(count: int, low: int = 20000, high: int = 40000) -> list[int]:
+    """``count`` consecutive TCP ports free on 127.0.0.1 (checked by binding)."""
+    for _ in range(200):
+        base = low + secrets.randbelow(high - low - count)
+        ports = list(range(base, base + count))
+        if all(_port_free(p) for p in ports):
+            return ports
+    raise SandboxError(f"no block of {count} free ports between {low} and {high} on 127.0.0.1")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for(
+    what: str,
+    check: Callable[[], bool],
+    timeout_s: float,
+    alive: Callable[[], bool] | None = None,
+    interval_s: float = 0.1,
+) -> None:
+    """Poll ``check`` until true; fail early when ``alive`` says the daemon died."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if check():
+            return
+        if alive is not None and not alive():
+            raise SandboxError(f"{what}: the daemon exited")
+        if time.monotonic() > deadline:
+            raise SandboxError(f"{what}: not ready after {timeout_s:g} s")
+        time.sleep(interval_s)
+        interval_s = min(interval_s * 1.5, 1.0)
+
+
+def namespace_argv(
+    runner: Runner, binds: Sequence[tuple[Path, Path]], argv: Sequence[str]
+) -> list[str]:
+    """``argv`` run in a private mount namespace after bind-mounting each (source, target).
+
+    ``unshare`` execs the shell, which execs ``argv``: the PID stays the same.
+    """
+    script = (
+        'while [ "$1" != "--" ]; do mount --bind "$1" "$2" || exit 111; shift 2; done; '
+        'shift; exec "$@"'
+    )
+    pairs: list[str] = []
+    for src, dst in binds:
+        pairs += [str(src), str(dst)]
+    return [
+        runner.which("unshare"),
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+        "sh",
+        *pairs,
+        "--",
+        *argv,
+    ]
+
+
+# --- configuration text ---------------------------------------------------
+
+
+def base_slurm_conf(layout: Layout, cluster: str, ports: dict[str, int]) -> str:
+    """The 'site' slurm.conf: everything but what slurmpool generates."""
+    sock = layout.munge_socket
+    lines = [
+        "# slurm.conf of the slurmpool sandbox (the site's part; slurmpool adds an Include).",
+        f"ClusterName={cluster}",
+        "SlurmctldHost=localhost(127.0.0.1)",
+        f"SlurmctldPort={ports['slurmctld']}",
+        f"SlurmdPort={ports['slurmd']}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        # Bind to the configured (loopback) addresses, not to every interface.
+        "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
+        # cred_expire=10: a requeued job runs again after ~20 s instead of ~2 min.
+        f"AuthInfo=socket={sock},cred_expire=10",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={layout.ctld_state}",
+        f"SlurmdSpoolDir={layout.spool}/%n",
+        f"SlurmdPidFile={layout.run_dir}/slurmd-%n.pid",
+        f"SlurmdLogFile={layout.log_dir}/slurmd-%n.log",
+        f"SlurmctldPidFile={layout.run_dir}/slurmctld.pid",
+        f"SlurmctldLogFile={layout.log_dir}/slurmctld.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory",
+        "DefMemPerCPU=100",
+        "SlurmdParameters=config_overrides",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "SchedulerParameters=sched_min_interval=100000",
+        "MinJobAge=300",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=127.0.0.1",
+        f"AccountingStoragePort={ports['slurmdbd']}",
+        # For slurmdbd connections this names the munge socket to use.
+        f"AccountingStoragePass={sock}",
+        f"Prolog={layout.site_dir / SITE_PROLOG_NAME}",
+        # A site partition without pooled GPUs (vgpu requests there are refused).
+        "PartitionName=site-cpu Nodes=ALL Default=NO State=UP",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def slurmdbd_conf(layout: Layout, ports: dict[str, int], password: str) -> str:
+    return "\n".join(
+        [
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={layout.munge_socket}",
+            "CommunicationParameters=NoInAddrAny",
+            "DbdHost=localhost",
+            "DbdAddr=127.0.0.1",
+            f"DbdPort={ports['slurmdbd']}",
+            "SlurmUser=root",
+            f"LogFile={layout.log('slurmdbd')}",
+            f"PidFile={layout.run_dir}/slurmdbd.pid",
+            "StorageType=accounting_storage/mysql",
+            "StorageHost=127.0.0.1",
+            f"StoragePort={ports['mariadb']}",
+            f"StorageUser={MARIADB_USER}",
+            f"StoragePass={password}",
+            "StorageLoc=slurm_acct_db",
+            "",
+        ]
+    )
+
+
+def site_prolog(layout: Layout) -> str:
+    log = layout.site_dir / SITE_PROLOG_LOG
+    return (
+        "#!/bin/sh\n"
+        "# The sandbox site's own Prolog: slurmpool's wrapper must keep running it.\n"
+        f'echo "site-prolog job=$SLURM_JOB_ID node=$SLURMD_NODENAME" >> {log}\n'
+        "exit 0\n"
+    )
+
+
+# --- the cluster ----------------------------------------------------------
+
+
+class Sandbox:
+    """One sandbox directory: bring it up, inspect it, take it down."""
+
+    def __init__(self, directory: Path, runner: Runner) -> None:
+        self.layout = Layout(Path(directory).absolute())
+        self.runner = runner
+
+    # -- queries --
+
+    def state(self) -> SandboxState | None:
+        return load_state(self.layout)
+
+    def running(self) -> list[procs.Daemon]:
+        st = self.state()
+        return [d for d in st.daemons if procs.is_running(d)] if st else []
+
+    def slurm(self) -> Runner:
+        st = self.state()
+        if st is None:
+            raise SandboxError(f"no sandbox in {self.layout.root}")
+        return self.runner.with_conf(st.slurm_conf)
+
+    def env_lines(self) -> list[str]:
+        st = self.state()
+        if st is None or st.phase != "up":
+            raise SandboxError(
+                f"no running sandbox in {self.layout.root}; run: slurmpool sandbox up"
+            )
+        return [
+            f"export SLURM_CONF={st.slurm_conf}",
+            f"export SLURMPOOL_SANDBOX_DIR={self.layout.root}",
+        ]
+
+    def on_node(self, node: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` as run on ``node``: in a mount namespace with that host's files bound."""
+        st = self.state()
+        if st is None or node not in st.nodes:
+            raise SandboxError(f"no node {node!r} in the sandbox at {self.layout.root}")
+        return namespace_argv(self.runner, self.layout.host_binds(node), argv)
+
+    def nodes(self) -> list[NodeInfo]:
+        out = self.slurm().run("scontrol", "show", "node", timeout=15)
+        return parse_nodes(out.stdout)
+
+    # -- up --
+
+    def up(
+        self, options: SandboxOptions, progress: Callable[[str], None] | None = None
+    ) -> SandboxState:
+        say = progress or (lambda _msg: None)
+        t0 = time.monotonic()
+        missing = missing_programs(self.runner)
+        if missing:
+            raise SandboxError(missing.message())
+        if os.geteuid() != 0:
+            raise SandboxError(
+                "the sandbox runs Slurm daemons and mount namespaces: run it as root"
+            )
+        old = self.state()
+        if old is not None:
+            alive = [d for d in old.daemons if procs.is_running(d)]
+            if alive:
+                names = ", ".join(f"{d.name} (pid {d.pid})" for d in alive)
+                raise SandboxRunning(
+                    f"a sandbox is already running in {self.layout.root}: {names}; "
+                    "stop it with: slurmpool sandbox down"
+                )
+        if self.layout.root.exists():
+            shutil.rmtree(self.layout.root)
+
+        policy_path = options.policy or default_policy_path()
+        policy = self._load_policy(policy_path)
+        cluster = options.cluster or policy.cluster
+        node_names = [n for g in policy.node_groups for n in g.hostlist.expand()]
+        ports_list = free_port_block(4 + len(node_names))
+        ports = {
+            "slurmctld": ports_list[0],
+            "slurmdbd": ports_list[1],
+            "mariadb": ports_list[2],
+            "slurmd": ports_list[3],
+        }
+        for name, port in zip(node_names, ports_list[4:], strict=True):
+            ports[f"slurmd:{name}"] = port
+        policy = self._with_ports(policy, ports)
+        etc = Path(policy.paths.slurm_config_dir)
+        state = SandboxState(
+            directory=str(self.layout.root),
+            cluster=cluster,
+            slurm_conf=str(etc / "slurm.conf"),
+            policy=str(policy_path),
+            nodes=node_names,
+            partition=policy.default_partition.name if policy.default_partition else None,
+            ports=ports,
+        )
+        self._make_dirs(etc, node_names)
+        state.save(self.layout)
+        try:
+            self._bring_up(state, policy, options, etc, say)
+        except BaseException:
+            state.phase = "failed"
+            state.save(self.layout)
+            procs.stop(state.daemons, grace_s=5)
+            raise
+        state.phase = "up"
+        state.startup_s = round(time.monotonic() - t0, 1)
+        state.save(self.layout)
+        return state
+
+    def _load_policy(self, path: Path) -> Policy:
+        from slurmpool.policy import PolicyError, load_policy
+
+        try:
+            return load_policy(path, variables={"root": str(self.layout.node_root)})
+        except PolicyError as e:
+            raise SandboxError(f"policy {path}: {e}") from None
+
+    def _with_ports(self, policy: Policy, ports: dict[str, int]) -> Policy:
+        """The policy with every node group's NodeAddr/Port set to the chosen loopback ports."""
+        groups = []
+        for g in policy.node_groups:
+            names = g.hostlist.expand()
+            node_ports = [ports[f"slurmd:{n}"] for n in names]
+            port = str(node_ports[0]) if len(names) == 1 else f"[{node_ports[0]}-{node_ports[-1]}]"
+            options = [(k, v) for k, v in g.slurm_node_options if k not in ("Port", "NodeAddr")]
+            options += [("NodeAddr", "127.0.0.1"), ("Port", port)]
+            groups.append(dataclasses.replace(g, slurm_node_options=tuple(options)))
+        return dataclasses.replace(policy, node_groups=tuple(groups))
+
+    def _make_dirs(self, etc: Path, node_names: Sequence[str]) -> None:
+        L = self.layout
+        L.root.mkdir(parents=True)
+        # Readable by the test users: they reach the munge socket and slurm.conf.
+        os.chmod(L.root, 0o755)
+        for d in (L.munge_dir, L.mariadb_dir, L.ctld_state, L.spool, L.run_dir, L.log_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        L.site_dir.mkdir()
+        os.chmod(L.site_dir, 0o755)
+        etc.mkdir(parents=True, exist_ok=True)
+        for sub in PER_HOST_DIRS:
+            (L.node_root / sub).mkdir(parents=True, exist_ok=True)
+        for name in node_names:
+            for sub in PER_HOST_DIRS:
+                (L.host_dir(name) / sub).mkdir(parents=True, exist_ok=True)
+            os.chmod(L.host_dir(name) / "state", 0o711)  # install's STATE_DIR_MODE
+
+    def _spawn(
+        self, state: SandboxState, name: str, argv: Sequence[str], env: dict[str, str]
+    ) -> procs.Daemon:
+        d = procs.spawn(name, argv, self.layout.log(f"{name}.out"), env, cwd=self.layout.root)
+        state.daemons.append(d)
+        state.save(self.layout)
+        return d
+
+    def _fail(self, what: str, d: procs.Daemon, log: Path | None = None) -> SandboxError:
+        logs = [Path(d.log)] + ([log] if log is not None else [])
+        parts = [f"{what} failed to start (pid {d.pid}, argv {' '.join(d.argv)})"]
+        for p in logs:
+            parts.append(f"--- last lines of {p} ---\n{procs.tail(p)}")
+        return SandboxError("\n".join(parts))
+
+    def _bring_up(
+        self,
+        state: SandboxState,
+        policy: Policy,
+        options: SandboxOptions,
+        etc: Path,
+        say: Callable[[str], None],
+    ) -> None:
+        L = self.layout
+        r = self.runner
+        env = r.child_env()
+        env["SLURM_CONF"] = state.slurm_conf
+
+        # Simulated GPUs, created inside each host's namespace: recorded paths are the shared ones.
+        say("creating simulated GPUs")
+        for group in policy.node_groups:
+            gpus = ",".join(
+                f"{g.model}:{'mig' if g.mode in ('mig', 'mig-static') else 'nomig'}"
+                for g in group.gpus
+            )
+            for name in group.hostlist.expand():
+                argv = namespace_argv(
+                    r,
+                    L.host_binds(name),
+                    [
+                        options.python,
+                        "-I",
+                        "-m",
+                        "slurmpool.sandbox.provision",
+                        "--backend",
+                        policy.gpu_backend,
+                        "--devices-root",
+                        policy.paths.devices_root,
+                        "--mig-minors",
+                        policy.paths.mig_minors,
+                        "--node",
+                        name,
+                        "--gpus",
+                        gpus,
+                    ],
+                )
+                try:
+                    r.run(argv[0], *argv[1:], timeout=60)
+                except SlurmCommandError as e:
+                    raise SandboxError(f"creating the simulated GPUs of {name}: {e}") from None
+
+        say("starting munged")
+        key = L.munge_dir / "munge.key"
+        r.run("mungekey", "--create", f"--keyfile={key}", timeout=20)
+        os.chmod(key, 0o400)
+        munged = self._spawn(
+            state,
+            "munged",
+            [
+                r.which("munged"),
+                "--foreground",
+                "--force",
+                f"--socket={L.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={L.munge_dir / 'munged.pid'}",
+                f"--log-file={L.log('munged')}",
+                f"--seed-file={L.munge_dir / 'munged.seed'}",
+            ],
+            env,
+        )
+        try:
+            wait_for("munged", L.munge_socket.exists, 10, lambda: procs.is_running(munged))
+        except SandboxError:
+            raise self._fail("munged", munged, L.log("munged")) from None
+        os.chmod(L.munge_dir, 0o755)
+
+        say("starting MariaDB")
+        datadir = L.mariadb_dir / "data"
+        try:
+            r.run(
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                timeout=60,
+            )
+        except SlurmCommandError as e:
+            raise SandboxError(f"mariadb-install-db failed: {e}") from None
+        mariadbd = self._spawn(
+            state,
+            "mariadbd",
+            [
+                r.which("mariadbd"),
+                "--no-defaults",
+                f"--datadir={datadir}",
+                f"--socket={L.mariadb_socket}",
+                f"--port={state.ports['mariadb']}",
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                f"--pid-file={L.mariadb_dir / 'mariadbd.pid'}",
+                f"--log-error={L.log('mariadbd')}",
+                "--skip-log-bin",
+                "--innodb-buffer-pool-size=64M",
+                "--innodb-log-file-size=16M",
+                "--innodb-flush-log-at-trx-commit=0",
+                "--skip-name-resolve",
+            ],
+            env,
+        )
+        try:
+            wait_for("mariadbd", L.mariadb_socket.exists, 30, lambda: procs.is_running(mariadbd))
+        except SandboxError:
+            raise self._fail("mariadbd", mariadbd, L.log("mariadbd")) from None
+        password = secrets.token_hex(12)
+        sql = (
+            f"CREATE USER '{MARIADB_USER}'@'127.0.0.1' IDENTIFIED BY '{password}'; "
+            f"GRANT ALL ON slurm_acct_db.* TO '{MARIADB_USER}'@'127.0.0.1'; FLUSH PRIVILEGES;"
+        )
+        r.run(
+            "mariadb",
+            "--no-defaults",
+            f"--socket={L.mariadb_socket}",
+            "-u",
+            "root",
+            "-e",
+            sql,
+            timeout=20,
+        )
+
+        say("writing slurm.conf and installing slurmpool's config")
+        conf = Path(state.slurm_conf)
+        conf.write_text(base_slurm_conf(L, state.cluster, state.ports))
+        dbd_conf = etc / "slurmdbd.conf"
+        dbd_conf.write_text(slurmdbd_conf(L, state.ports, password))
+        os.chmod(dbd_conf, 0o600)
+        prolog = L.site_dir / SITE_PROLOG_NAME
+        prolog.write_text(site_prolog(L))
+        os.chmod(prolog, 0o755)
+        self._install(policy, state, options)
+
+        say("starting slurmdbd")
+        slurmdbd = self._spawn(state, "slurmdbd", [r.which("slurmdbd"), "-D"], env)
+        sr = r.with_conf(state.slurm_conf)
+
+        def dbd_ready() -> bool:
+            res = sr.run("sacctmgr", "-n", "-P", "list", "cluster", check=False, timeout=10)
+            return res.ok
+
+        try:
+            wait_for("slurmdbd", dbd_ready, 40, lambda: procs.is_running(slurmdbd))
+        except SandboxError:
+            raise self._fail("slurmdbd", slurmdbd, L.log("slurmdbd")) from None
+        sr.run("sacctmgr", "-i", "add", "cluster", state.cluster, timeout=20)
+        sr.run("sacctmgr", "-i", "add", "account", ACCOUNT, f"Cluster={state.cluster}", timeout=20)
+        sr.run("sacctmgr", "-i", "add", "user", "root", f"Account={ACCOUNT}", timeout=20)
+
+        say("starting slurmctld")
+        ctld = self._spawn(state, "slurmctld", [r.which("slurmctld"), "-D", "-i"], env)
+
+        def ctld_ready() -> bool:
+            return sr.run("scontrol", "ping", check=False, timeout=10).stdout.count("UP") > 0
+
+        try:
+            wait_for("slurmctld", ctld_ready, 30, lambda: procs.is_running(ctld))
+        except SandboxError:
+            raise self._fail("slurmctld", ctld, L.log("slurmctld")) from None
+
+        say("starting slurmd on " + ", ".join(state.nodes))
+        slurmds = {}
+        for name in state.nodes:
+            argv = namespace_argv(r, L.host_binds(name), [r.which("slurmd"), "-D", "-N", name])
+            slurmds[name] = self._spawn(state, f"slurmd-{name}", argv, env)
+
+        def nodes_idle() -> bool:
+            for name, d in slurmds.items():
+                if not procs.is_running(d):
+                    raise self._fail(f"slurmd -N {name}", d, L.log(f"slurmd-{name}"))
+            try:
+                nodes = parse_nodes(sr.run("scontrol", "show", "node", timeout=10).stdout)
+            except SlurmCommandError:
+                return False
+            states = {n.name: n for n in nodes}
+            return all(
+                n in states and states[n].state == "IDLE" and not states[n].flags
+                for n in state.nodes
+            )
+
+        remaining = max(10.0, options.timeout_s - 0)
+        try:
+            wait_for("nodes idle", nodes_idle, remaining)
+        except SandboxError:
+            detail = sr.run("sinfo", "-N", "-o", "%N %T %E", check=False, timeout=10).stdout
+            raise SandboxError(
+                f"nodes did not become idle:\n{detail}\n--- slurmctld log ---\n"
+                f"{procs.tail(L.log('slurmctld'))}"
+            ) from None
+
+    def _install(self, policy: Policy, state: SandboxState, options: SandboxOptions) -> None:
+        from slurmpool.configgen import generate
+
+        generated = generate(policy)
+        python, python_path = hook_interpreter(options)
+        target = target_for_policy(
+            policy,
+            slurm_conf=state.slurm_conf,
+            systemd_dir=str(self.layout.systemd_dir),
+            python=python,
+            python_path=python_path,
+            timeout_bin=self.runner.which("timeout"),
+        )
+        apply(plan_install(target, generated.files))
+
+    # -- users --
+
+    def add_user(self, user: str) -> None:
+        """Give ``user`` (an existing Unix user) an association in the sandbox's account."""
+        st = self.state()
+        if st is None:
+            raise SandboxError(f"no sandbox in {self.layout.root}")
+        self.slurm().run("sacctmgr", "-i", "add", "user", user, f"Account={ACCOUNT}", timeout=20)
+
+    # -- down --
+
+    def down(self, grace_s: float = 10.0, remove: bool = True) -> list[str]:
+        st = self.state()
+        if st is None:
+            if self.layout.root.exists() and remove:
+                return [f"no state file in {self.layout.root}; nothing was stopped"]
+            return [f"no sandbox in {self.layout.root}"]
+        report = procs.stop(st.daemons, grace_s=grace_s)
+        if any(procs.is_running(d) for d in st.daemons):
+            still = [f"{d.name} (pid {d.pid})" for d in st.daemons if procs.is_running(d)]
+            raise SandboxError(f"still running after SIGKILL: {', '.join(still)}; directory kept")
+        if remove:
+            shutil.rmtree(self.layout.root, ignore_errors=True)
+            report.append(f"removed {self.layout.root}")
+        return report

@@ -1,0 +1,392 @@
+"""Pure parsers for the text Slurm commands print.
+
+``scontrol show node|job`` prints records of ``Key=Value`` pairs, several per
+line, continuation lines indented.  Values may contain spaces (``OS=Linux
+6.1 #1 SMP``, ``Reason=...``, a job name).  A whitespace-separated token that
+looks like ``Key=`` starts a new pair; any other token continues the value
+before it.  Keys that Slurm prints last on their line and that hold
+free-form text (``JobName``, ``OS``, ``Reason``, paths) take the rest of the
+line.  A line that is neither indented nor starts a record continues the
+previous value (a job name containing a newline).
+
+Tested on recorded output under ``tests/data/slurm-<version>/``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+_KEY_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_:/.\-]*)=(.*)$", re.S)
+
+# Keys whose value is the rest of the line in multi-line output.
+REST_OF_LINE_KEYS = frozenset(
+    {
+        "JobName",
+        "OS",
+        "Reason",
+        "Command",
+        "WorkDir",
+        "StdErr",
+        "StdIn",
+        "StdOut",
+        "Comment",
+        "AdminComment",
+        "SystemComment",
+        "Extra",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One ``scontrol show`` record: ordered pairs, repeated keys kept."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        for k, v in self.pairs:
+            if k == key:
+                return v
+        return default
+
+    def all(self, key: str) -> list[str]:
+        return [v for k, v in self.pairs if k == key]
+
+    def __getitem__(self, key: str) -> str:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return any(k == key for k, _ in self.pairs)
+
+    def as_dict(self) -> dict[str, str]:
+        """First value of every key."""
+        out: dict[str, str] = {}
+        for k, v in self.pairs:
+            out.setdefault(k, v)
+        return out
+
+
+def _line_pairs(line: str, rest_of_line: bool = True) -> Iterator[tuple[str | None, str]]:
+    """Split one line into (key, value) pieces; key None continues the previous value."""
+    tokens = line.split()
+    i = 0
+    while i < len(tokens):
+        m = _KEY_RE.match(tokens[i])
+        if m is None:
+            yield None, tokens[i]
+            i += 1
+            continue
+        key, value = m.group(1), m.group(2)
+        if rest_of_line and key in REST_OF_LINE_KEYS:
+            # Keep the original spacing of the rest of the line.
+            start = line.index(tokens[i]) + len(key) + 1
+            yield key, line[start:].rstrip("\n")
+            return
+        i += 1
+        while i < len(tokens) and _KEY_RE.match(tokens[i]) is None:
+            value += " " + tokens[i]
+            i += 1
+        yield key, value
+
+
+def parse_records(text: str, first_key: str) -> list[Record]:
+    """Split ``scontrol show`` output into records, each starting with ``first_key=``.
+
+    Works for the multi-line form and for ``scontrol -o`` (one record a line,
+    detected when no line is indented; there free-form values end at the
+    next ``Key=`` token).
+    """
+    lines = text.splitlines()
+    multiline = any(line[:1].isspace() and line.strip() for line in lines)
+    records: list[list[tuple[str, str]]] = []
+    for raw in lines:
+        if not raw.strip():
+            continue
+        starts_record = raw.startswith(first_key + "=")
+        if starts_record:
+            records.append([])
+        elif not records:
+            continue  # noise before the first record ("No nodes in the system")
+        pairs = records[-1]
+        if multiline and not starts_record and not raw[:1].isspace() and pairs:
+            # A line that is not indented: the previous value had a newline in it.
+            k, v = pairs[-1]
+            pairs[-1] = (k, v + "\n" + raw)
+            continue
+        line = raw.lstrip()
+        for key, value in _line_pairs(line, rest_of_line=multiline):
+            if key is None:
+                if pairs:
+                    k, v = pairs[-1]
+                    pairs[-1] = (k, f"{v} {value}" if v else value)
+                continue
+            pairs.append((key, value))
+    return [Record(tuple(p)) for p in records]
+
+
+# --- GRES strings ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Gres:
+    """One GRES item, e.g. ``gpu:a100:1(IDX:0)`` -> name gpu, type a100, count 1."""
+
+    name: str
+    type: str | None
+    count: int
+    detail: str | None = None  # what was in parentheses: "IDX:0", "S:0", "CNT:2"
+
+    def __str__(self) -> str:
+        base = self.name if self.type is None else f"{self.name}:{self.type}"
+        return f"{base}:{self.count}"
+
+    @property
+    def key(self) -> str:
+        return self.name if self.type is None else f"{self.name}:{self.type}"
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside parentheses."""
+    parts: list[str] = []
+    depth = 0
+    current = ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current:
+        parts.append(current)
+    return parts
+
+
+def parse_gres(text: str | None) -> list[Gres]:
+    """Parse a GRES list as Slurm prints it.
+
+    Accepts ``gpu:a100:1,vgpu:14``, ``gpu:a100:1(S:0)``, ``vgpu:2(CNT:2)``,
+    the TRES forms ``gres:vgpu:3`` and ``gres/vgpu:2``, and ``(null)``.
+    A missing count means 1.
+    """
+    if text is None:
+        return []
+    text = text.strip()
+    if not text or text in ("(null)", "N/A"):
+        return []
+    items: list[Gres] = []
+    for part in _split_top_level(text):
+        part = part.strip()
+        detail = None
+        if "(" in part and part.endswith(")"):
+            part, detail = part[: part.index("(")], part[part.index("(") + 1 : -1]
+        if part.startswith("gres:"):
+            part = part[len("gres:") :]
+        elif part.startswith("gres/"):
+            part = part[len("gres/") :]
+        fields = part.split(":")
+        count = 1
+        if len(fields) > 1 and fields[-1].isdigit():
+            count = int(fields.pop())
+        if not fields or not fields[0] or len(fields) > 2:
+            raise ValueError(f"cannot parse GRES item {part!r}; expected NAME[:TYPE][:COUNT]")
+        if detail is not None and detail.startswith("CNT:") and detail[4:].isdigit():
+            count = int(detail[4:])  # 22.05 `show job -d`: "vgpu(CNT:3)"
+        items.append(Gres(fields[0], fields[1] if len(fields) == 2 else None, count, detail))
+    return items
+
+
+def gres_totals(items: list[Gres]) -> dict[str, int]:
+    """Count per ``name`` and per ``name:type`` (the untyped total includes typed items)."""
+    totals: dict[str, int] = {}
+    for g in items:
+        totals[g.name] = totals.get(g.name, 0) + g.count
+        if g.type is not None:
+            totals[g.key] = totals.get(g.key, 0) + g.count
+    return totals
+
+
+# --- nodes ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    state: str  # base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, ...
+    flags: tuple[str, ...]  # DRAIN, NOT_RESPONDING, ... (the "+X" suffixes)
+    gres: tuple[Gres, ...]
+    gres_used: tuple[Gres, ...]
+    reason: str | None
+    record: Record = field(repr=False)
+
+    @property
+    def available(self) -> bool:
+        """Up and not draining: the node takes jobs."""
+        bad = {"DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "FAIL", "INVALID_REG"}
+        return self.state in ("IDLE", "MIXED", "ALLOCATED", "COMPLETING") and not (
+            bad & set(self.flags)
+        )
+
+
+def _split_state(state: str) -> tuple[str, tuple[str, ...]]:
+    base, *flags = state.split("+")
+    return base.upper(), tuple(f.upper() for f in flags)
+
+
+def parse_nodes(text: str) -> list[NodeInfo]:
+    """Parse ``scontrol show node`` output."""
+    nodes = []
+    for rec in parse_records(text, "NodeName"):
+        state, flags = _split_state(rec.get("State", "UNKNOWN") or "UNKNOWN")
+        used = rec.get("GresUsed")
+        nodes.append(
+            NodeInfo(
+                name=rec["NodeName"],
+                state=state,
+                flags=flags,
+                gres=tuple(parse_gres(rec.get("Gres"))),
+                gres_used=tuple(parse_gres(used)) if used else (),
+                reason=rec.get("Reason"),
+                record=rec,
+            )
+        )
+    return nodes
+
+
+# --- jobs -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobNodeDetail:
+    """A ``scontrol show job -d`` allocation line: ``Nodes=sbx1 CPU_IDs=0 Mem=0 GRES=...``."""
+
+    nodes: str
+    gres: tuple[Gres, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    job_id: int
+    name: str
+    user: str | None
+    uid: int | None
+    state: str
+    reason: str | None
+    partition: str | None
+    node_list: str | None
+    tres_per_node: tuple[Gres, ...]
+    restarts: int
+    exit_code: str | None
+    comment: str | None
+    admin_comment: str | None
+    details: tuple[JobNodeDetail, ...]
+    record: Record = field(repr=False)
+
+
+_USER_RE = re.compile(r"^(.*)\((\d+)\)$")
+
+
+def _user(value: str | None) -> tuple[str | None, int | None]:
+    if value is None:
+        return None, None
+    m = _USER_RE.match(value)
+    if m is None:
+        return value, None
+    return m.group(1), int(m.group(2))
+
+
+def _null(value: str | None) -> str | None:
+    return None if value in (None, "(null)", "") else value
+
+
+def parse_jobs(text: str) -> list[JobInfo]:
+    """Parse ``scontrol show job [-d]`` output."""
+    jobs = []
+    for rec in parse_records(text, "JobId"):
+        user, uid = _user(rec.get("UserId"))
+        details: list[JobNodeDetail] = []
+        current: str | None = None
+        for key, value in rec.pairs:
+            if key == "Nodes":
+                current = value
+            elif key == "GRES" and current is not None:
+                details.append(JobNodeDetail(current, tuple(parse_gres(value))))
+                current = None
+        jobs.append(
+            JobInfo(
+                job_id=int(rec["JobId"]),
+                name=rec.get("JobName", "") or "",
+                user=user,
+                uid=uid,
+                state=(rec.get("JobState") or "UNKNOWN").upper(),
+                reason=_null(rec.get("Reason")),
+                partition=_null(rec.get("Partition")),
+                node_list=_null(rec.get("NodeList")),
+                tres_per_node=tuple(parse_gres(_null(rec.get("TresPerNode")))),
+                restarts=int(rec.get("Restarts", "0") or 0),
+                exit_code=rec.get("ExitCode"),
+                comment=_null(rec.get("Comment")),
+                admin_comment=_null(rec.get("AdminComment")),
+                details=tuple(details),
+                record=rec,
+            )
+        )
+    return jobs
+
+
+# --- slurmd -G ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GresConfEntry:
+    """One GRES line of ``slurmd -G`` (the configuration slurmd parsed)."""
+
+    name: str
+    type: str | None
+    count: int
+    index: int | None
+    file: str | None
+    fields: dict[str, str]
+
+
+_GRES_LINE_RE = re.compile(r"\bGres Name=")
+
+
+def parse_slurmd_gres(text: str) -> list[GresConfEntry]:
+    """Parse ``slurmd -G`` output (lines ``... Gres Name=gpu Type=a100 Count=1 ...``).
+
+    Lines appear on stdout or stderr, prefixed with ``slurmd: ``; other lines
+    are ignored.
+    """
+    entries = []
+    for line in text.splitlines():
+        m = _GRES_LINE_RE.search(line)
+        if m is None:
+            continue
+        fields: dict[str, str] = {}
+        # Only Key=Value tokens count; slurmd appends bare "(null)" flags.
+        for token in line[m.start() + len("Gres ") :].split():
+            key, sep, value = token.partition("=")
+            if sep:
+                fields[key] = value
+        type_ = _null(fields.get("Type"))
+        index = fields.get("Index")
+        entries.append(
+            GresConfEntry(
+                name=fields.get("Name", ""),
+                type=type_,
+                count=int(fields.get("Count", "0") or 0),
+                index=int(index) if index is not None and index.lstrip("-").isdigit() else None,
+                file=_null(fields.get("File")),
+                fields=fields,
+            )
+        )
+    return entries

@@ -1,0 +1,147 @@
+"""The Slurm sandbox for the integration tests: up once per session, down at the end.
+
+Without the Slurm/munge/MariaDB binaries (or without root) every test here
+is skipped with the reason; with ``SLURMPOOL_REQUIRE_SLURM=1`` they fail
+instead.  Run: ``SLURMPOOL_REQUIRE_SLURM=1 python -m pytest tests/integration``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slurmpool.sandbox import Sandbox, SandboxOptions, SandboxState
+from slurmpool.sandbox.requirements import missing_programs
+from slurmpool.slurm import CommandResult, Runner, parse_jobs
+
+HERE = Path(__file__).resolve().parent
+REQUIRE = os.environ.get("SLURMPOOL_REQUIRE_SLURM") == "1"
+USERS = ("sp-alice", "sp-bob")
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+}
+
+
+def _why_not() -> str | None:
+    runner = Runner(env=dict(os.environ))
+    missing = missing_programs(runner)
+    if missing:
+        return missing.message()
+    if os.geteuid() != 0:
+        return "the Slurm sandbox needs root (daemons, mount namespaces, mknod)"
+    return None
+
+
+REASON = _why_not()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+            if REASON is not None and not REQUIRE:
+                item.add_marker(pytest.mark.skip(reason=f"Slurm sandbox unavailable: {REASON}"))
+
+
+@dataclass
+class Cluster:
+    sandbox: Sandbox
+    state: SandboxState
+    slurm: Runner
+    workdir: Path
+
+    def sbatch(self, *args: str, user: str | None = None, check: bool = True) -> CommandResult:
+        return self.slurm.run(
+            "sbatch",
+            "--parsable",
+            *args,
+            as_user=user,
+            check=check,
+            cwd=str(self.workdir),
+            timeout=30,
+        )
+
+    def submit(self, *args: str, user: str | None = None) -> int:
+        out = self.sbatch(*args, user=user).stdout.strip()
+        return int(out.split(";")[0])
+
+    def job(self, job_id: int) -> dict[str, str]:
+        res = self.slurm.run("scontrol", "show", "job", "-d", str(job_id), timeout=15)
+        (job,) = parse_jobs(res.stdout)
+        return job.record.as_dict()
+
+    def wait(self, job_id: int, timeout_s: float = 60) -> str:
+        """Wait until the job ends; return its final state."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.2
+        while True:
+            res = self.slurm.run("scontrol", "show", "job", str(job_id), check=False, timeout=15)
+            jobs = parse_jobs(res.stdout) if res.ok else []
+            if jobs and jobs[0].state in TERMINAL:
+                return jobs[0].state
+            if time.monotonic() > deadline:
+                state = jobs[0].state if jobs else "unknown"
+                raise AssertionError(f"job {job_id} still {state} after {timeout_s} s")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+
+    def on_node(self, node: str, argv: Sequence[str], timeout: float = 60) -> CommandResult:
+        full = self.sandbox.on_node(node, argv)
+        env = self.slurm.child_env()
+        proc = subprocess.run(
+            full, capture_output=True, text=True, env=env, timeout=timeout, check=False
+        )
+        return CommandResult(tuple(full), proc.returncode, proc.stdout, proc.stderr)
+
+    def host_hook_log(self, node: str) -> str:
+        path = self.sandbox.layout.host_dir(node) / "state" / "hooks.log"
+        return path.read_text() if path.exists() else ""
+
+
+def _ensure_users() -> list[str]:
+    created = []
+    for user in USERS:
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", user], check=True)
+            created.append(user)
+    return created
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    if REASON is not None:
+        pytest.fail(f"SLURMPOOL_REQUIRE_SLURM=1 but the sandbox cannot run: {REASON}")
+    directory = Path(tempfile.mkdtemp(prefix="slurmpool-it-", dir="/tmp"))
+    os.rmdir(directory)
+    runner = Runner(env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
+    sandbox = Sandbox(directory, runner)
+    created = _ensure_users()
+    try:
+        state = sandbox.up(SandboxOptions(directory=directory, python=sys.executable, timeout_s=90))
+        for user in USERS:
+            sandbox.add_user(user)
+        workdir = directory / "work"
+        workdir.mkdir()
+        os.chmod(workdir, 0o1777)
+        yield Cluster(sandbox, state, sandbox.slurm(), workdir)
+    finally:
+        sandbox.down()
+        for user in created:
+            subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)

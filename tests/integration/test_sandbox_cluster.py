@@ -1,0 +1,137 @@
+"""The sandbox is a real cluster: nodes registered with the generated GRES, jobs complete."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmpool.doctor import expected_node_gres
+from slurmpool.sandbox import SandboxError, SandboxOptions, SandboxRunning
+from slurmpool.slurm import gres_totals, parse_gres, parse_nodes
+
+from .conftest import Cluster
+
+
+def test_started_quickly(cluster: Cluster) -> None:
+    assert cluster.state.startup_s is not None
+    assert cluster.state.startup_s < 60
+
+
+def test_nodes_register_with_the_generated_gres(cluster: Cluster) -> None:
+    etc = Path(cluster.state.slurm_conf).parent
+    fragment = (etc / "slurmpool.conf").read_text()
+    nodes = parse_nodes(cluster.slurm.run("scontrol", "show", "node").stdout)
+    assert sorted(n.name for n in nodes) == ["sbx1", "sbx2"]
+    for node in nodes:
+        want = expected_node_gres(fragment, node.name)
+        assert want == "gpu:a100:1,vgpu:14"
+        assert gres_totals(list(node.gres)) == gres_totals(parse_gres(want))
+        assert node.state in ("IDLE", "MIXED", "ALLOCATED") and "DRAIN" not in node.flags
+        assert node.record["NodeAddr"] == "127.0.0.1"
+
+
+def test_every_daemon_listens_on_loopback_only(cluster: Cluster) -> None:
+    # "slurmd" is only the default SlurmdPort; every node has its own Port=.
+    ports = {p for name, p in cluster.state.ports.items() if name != "slurmd"}
+    seen = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state != "0A":  # LISTEN
+                continue
+            addr, port_hex = local.rsplit(":", 1)
+            port = int(port_hex, 16)
+            if port in ports:
+                seen.add(port)
+                assert addr in ("0100007F", "00000000000000000000000001000000"), (port, addr)
+    assert seen == ports
+
+
+@pytest.mark.parametrize("gres", ["gpu:1", "vgpu:2"])
+def test_jobs_run_and_complete(cluster: Cluster, gres: str) -> None:
+    out = cluster.workdir / f"job-{gres.replace(':', '-')}.out"
+    job = cluster.submit(
+        f"--gres={gres}",
+        "-o",
+        str(out),
+        "--wrap",
+        "echo user=$(id -un) gpus=$CUDA_VISIBLE_DEVICES",
+        user="sp-alice",
+    )
+    assert cluster.wait(job) == "COMPLETED"
+    assert out.read_text().startswith("user=sp-alice")
+    node = cluster.job(job)["NodeList"]
+    log = cluster.host_hook_log(node)
+    assert f"hook=prolog action=job-start level=info job={job} " in log
+    assert f"hook=epilog action=job-end level=info job={job} " in log
+    assert "user=sp-alice" in log
+    # The site's own prolog still runs, through slurmpool's wrapper.
+    site_log = (cluster.sandbox.layout.site_dir / "prolog.log").read_text()
+    assert f"site-prolog job={job} node={node}" in site_log
+    sacct = cluster.slurm.run(
+        "sacct", "-n", "-X", "-P", "-j", str(job), "-o", "State,AllocTRES", timeout=15
+    ).stdout
+    assert sacct.startswith("COMPLETED|")
+    assert f"gres/{gres.split(':')[0]}={gres.split(':')[1]}" in sacct
+
+
+def test_doctor_passes_on_each_node(cluster: Cluster) -> None:
+    etc = Path(cluster.state.slurm_conf).parent
+    for node in cluster.state.nodes:
+        res = cluster.on_node(
+            node,
+            [
+                sys.executable,
+                "-m",
+                "slurmpool",
+                "doctor",
+                "--node-config",
+                str(etc / "node-config.json"),
+                "--node",
+                node,
+                "--json",
+            ],
+        )
+        report = json.loads(res.stdout)
+        assert res.returncode == 0, res.stdout + res.stderr
+        checks = {f["check"] for f in report["findings"]}
+        assert {
+            "gpu-backend",
+            "mig-mode",
+            "slurm-node",
+            "slurmd-gres",
+            "hooks",
+            "state-dir",
+        } <= checks
+
+
+def test_doctor_outside_the_node_namespace_finds_the_device_problem(cluster: Cluster) -> None:
+    from slurmpool.doctor import DoctorOptions, run_doctor
+
+    etc = Path(cluster.state.slurm_conf).parent
+    report = run_doctor(
+        DoctorOptions(
+            node_config=str(etc / "node-config.json"),
+            node="sbx1",
+            runner=cluster.slurm,
+            slurm_conf=cluster.state.slurm_conf,
+        )
+    )
+    problems = {f.check: f for f in report.problems}
+    assert "slurmd-gres" in problems
+    assert "can't stat gres.conf file" in problems["slurmd-gres"].message
+    assert problems["slurmd-gres"].fix
+
+
+def test_second_up_refuses(cluster: Cluster) -> None:
+    with pytest.raises(SandboxRunning, match="already running"):
+        cluster.sandbox.up(SandboxOptions(directory=cluster.sandbox.layout.root))
+    assert isinstance(SandboxRunning("x"), SandboxError)
+
+
+def test_env_lines(cluster: Cluster) -> None:
+    lines = cluster.sandbox.env_lines()
+    assert f"export SLURM_CONF={cluster.state.slurm_conf}" in lines

@@ -1,0 +1,63 @@
+"""Last: uninstall from the live sandbox restores the site's files; reinstall runs jobs again.
+
+(Named zz so it runs after the other tests that need slurmpool installed.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+from slurmpool.configgen import generate
+from slurmpool.install import apply, plan_install, plan_uninstall, target_for_policy
+from slurmpool.policy import load_policy
+from slurmpool.sandbox import SandboxOptions
+from slurmpool.sandbox.cluster import base_slurm_conf, hook_interpreter
+
+from .conftest import Cluster
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_uninstall_restores_and_reinstall_works(cluster: Cluster) -> None:
+    layout = cluster.sandbox.layout
+    conf = Path(cluster.state.slurm_conf)
+    etc = conf.parent
+    installed = {p: digest(p) for p in etc.iterdir() if p.is_file()}
+    hooks = sorted((layout.node_root / "hooks").iterdir())
+    policy_dir = layout.node_root / "state"
+
+    apply(plan_uninstall(str(policy_dir)))
+    site = base_slurm_conf(layout, cluster.state.cluster, cluster.state.ports)
+    assert conf.read_text() == site  # byte-identical to the site's own slurm.conf
+    assert "#slurmpool-" not in conf.read_text()
+    assert not (etc / "slurmpool.conf").exists()
+    assert not (etc / "gres.conf").exists()
+    assert all(not h.exists() for h in hooks)
+
+    # Reinstall the same policy: the same bytes as the sandbox's install.
+    policy = load_policy(cluster.state.policy, variables={"root": str(layout.node_root)})
+    policy = cluster.sandbox._with_ports(policy, cluster.state.ports)
+    python, python_path = hook_interpreter(SandboxOptions(python=sys.executable))
+    target = target_for_policy(
+        policy,
+        slurm_conf=str(conf),
+        systemd_dir=str(layout.systemd_dir),
+        python=python,
+        python_path=python_path,
+        timeout_bin=cluster.slurm.which("timeout"),
+    )
+    apply(plan_install(target, generate(policy).files))
+    assert {p: digest(p) for p in etc.iterdir() if p.is_file()} == installed
+    assert plan_install(target, generate(policy).files).empty
+
+    cluster.slurm.run("scontrol", "reconfigure", timeout=30)
+    job = cluster.submit("--gres=vgpu:1", "-o", "/dev/null", "--wrap", "true", user="sp-bob")
+    assert cluster.wait(job) == "COMPLETED"
+    site_log = (layout.site_dir / "prolog.log").read_text()
+    assert f"site-prolog job={job} " in site_log
+    node = cluster.job(job)["NodeList"]
+    assert f"action=job-start level=info job={job} " in cluster.host_hook_log(node)

@@ -1,0 +1,171 @@
+"""doctor on a staged node: a healthy install passes, each breakage is named with its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmpool.cli import main
+from slurmpool.configgen import generate
+from slurmpool.doctor import (
+    DoctorOptions,
+    _gres_conf_entries,
+    check_state_dir,
+    expected_node_gres,
+    run_doctor,
+)
+from slurmpool.install import STATE_DIR_MODE, apply, plan_install, target_for_policy
+from slurmpool.policy import Policy, load_policy
+from slurmpool.sandbox.provision import proc_root_for
+from slurmpool.sim.node import create_node
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sandbox.yaml"
+A100 = "A100-SXM4-80GB"
+
+
+def make_node(node: Path, gpus: list[tuple[str, bool]]) -> Policy:
+    policy = load_policy(EXAMPLE, variables={"root": str(node)})
+    conf = Path(policy.paths.slurm_config_dir) / "slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("ClusterName=sandbox\n")
+    target = target_for_policy(policy, systemd_dir=str(node / "systemd"))
+    apply(plan_install(target, generate(policy).files))
+    create_node(
+        policy.gpu_backend[len("sim:") :],
+        policy.paths.devices_root,
+        gpus,
+        proc_root=proc_root_for(policy.paths.mig_minors),
+        node_name="sbx1",
+    )
+    return policy
+
+
+def opts(policy: Policy, **kw: object) -> DoctorOptions:
+    return DoctorOptions(
+        node_config=os.path.join(policy.paths.slurm_config_dir, "node-config.json"),
+        node=str(kw.pop("node", "sbx1")),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def failed(policy: Policy, **kw: object) -> dict[str, str]:
+    report = run_doctor(opts(policy, **kw))
+    return {f.check: f"{f.message} || {f.fix}" for f in report.problems}
+
+
+GOOD = [(A100, True), (A100, True), (A100, False)]
+
+
+def test_healthy_node_passes(tmp_path: Path) -> None:
+    policy = make_node(tmp_path / "node", GOOD)
+    report = run_doctor(opts(policy))
+    assert report.ok, report.text()
+    assert {f.check for f in report.findings} >= {
+        "node-config",
+        "gpu-backend",
+        "gpu-models",
+        "mig-mode",
+        "hooks",
+        "slurm-conf",
+        "state-dir",
+    }
+    assert report.text().endswith("sbx1: all checks passed")
+
+
+def test_wrong_mig_mode_says_how_to_fix(tmp_path: Path) -> None:
+    policy = make_node(tmp_path / "node", [(A100, False), (A100, True), (A100, True)])
+    problems = failed(policy)
+    assert set(problems) == {"mig-mode"}
+    assert "GPU 0: MIG off; mode mig needs MIG on" in problems["mig-mode"]
+    assert "GPU 2: MIG on; mode passthrough needs MIG off" in problems["mig-mode"]
+    assert "nvidia-smi -i N -mig 1" in problems["mig-mode"]
+
+
+def test_wrong_model_and_count(tmp_path: Path) -> None:
+    policy = make_node(tmp_path / "node", [(A100, True), ("H100-SXM5-80GB", True)])
+    problems = failed(policy)
+    assert "gpu-models" in problems
+    assert "3 GPUs, the node has 2" in problems["gpu-models"]
+
+
+def test_broken_files(tmp_path: Path) -> None:
+    policy = make_node(tmp_path / "node", GOOD)
+    os.chmod(policy.paths.state_dir, 0o755)
+    os.chmod(Path(policy.paths.hooks_dir) / "epilog", 0o644)
+    (Path(policy.paths.hooks_dir) / "prolog").unlink()
+    conf = Path(policy.paths.slurm_config_dir) / "slurm.conf"
+    conf.write_text("ClusterName=sandbox\n")
+    problems = failed(policy)
+    assert set(problems) == {"hooks", "state-dir", "slurm-conf"}
+    assert "prolog missing" in problems["hooks"]
+    assert "epilog not executable" in problems["hooks"]
+    assert "slurmpool install" in problems["hooks"]
+    assert f"mode 0755, expected {STATE_DIR_MODE:04o}" in problems["state-dir"]
+    assert "does not include" in problems["slurm-conf"]
+
+
+def test_backend_unreachable(tmp_path: Path) -> None:
+    policy = make_node(tmp_path / "node", GOOD)
+    problems = failed(policy, backend_spec=f"sim:{tmp_path}/nothing-here")
+    assert "gpu-backend" in problems
+    assert "slurmpool sim init" in problems["gpu-backend"]
+
+
+def test_missing_node_config_and_unknown_node(tmp_path: Path) -> None:
+    policy = make_node(tmp_path / "node", GOOD)
+    assert "node-config" in failed(policy, node="gpu99")
+    os.unlink(os.path.join(policy.paths.slurm_config_dir, "node-config.json"))
+    problems = failed(policy)
+    assert set(problems) == {"node-config"}
+    assert "slurmpool install" in problems["node-config"]
+
+
+def test_state_dir_missing_and_not_a_dir(tmp_path: Path) -> None:
+    (missing,) = check_state_dir(Path("/"), str(tmp_path / "nope"))
+    assert not missing.ok and f"install -d -m {STATE_DIR_MODE:04o}" in (missing.fix or "")
+    f = tmp_path / "file"
+    f.write_text("")
+    (notdir,) = check_state_dir(Path("/"), str(f))
+    assert "not a directory" in notdir.message
+
+
+def test_cli_json_and_exit_status(tmp_path: Path) -> None:
+    policy = make_node(tmp_path / "node", GOOD)
+    nc = os.path.join(policy.paths.slurm_config_dir, "node-config.json")
+    ok = CliRunner().invoke(
+        main, ["doctor", "--node-config", nc, "--node", "sbx1", "--no-slurm", "--json"]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["ok"] is True
+    os.chmod(policy.paths.state_dir, 0o777)
+    bad = CliRunner().invoke(main, ["doctor", "--node-config", nc, "--node", "sbx1", "--no-slurm"])
+    assert bad.exit_code == 1
+    assert "[FAIL] state-dir" in bad.stdout
+    assert "fix: install -d" in bad.stdout
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [("sbx1", "gpu:a100:1,vgpu:14"), ("sbx2", "gpu:a100:1,vgpu:14"), ("gpu1", None)],
+)
+def test_expected_node_gres(node: str, expected: str | None) -> None:
+    policy = load_policy(EXAMPLE, variables={"root": "/x"})
+    fragment = generate(policy).files["slurmpool.conf"]
+    assert expected_node_gres(fragment, node) == expected
+
+
+def test_gres_conf_entries() -> None:
+    text = (
+        "# comment\n"
+        "NodeName=sbx[1-2] Name=gpu Type=a100 File=/d/nvidia[0-1]\n"
+        "NodeName=sbx[1-2] Name=vgpu Count=14\n"
+        "NodeName=other Name=gpu Type=h100 File=/d/nvidia0\n"
+    )
+    assert _gres_conf_entries(text, "sbx1") == {
+        ("gpu", "a100"): (2, {"/d/nvidia0", "/d/nvidia1"}),
+        ("vgpu", None): (14, set()),
+    }

@@ -1,0 +1,294 @@
+"""install/uninstall on staged roots: round trip, idempotence, dry run, site hooks kept."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmpool.cli import main
+from slurmpool.configgen import generate
+from slurmpool.install import (
+    DISABLED_PREFIX,
+    HOOKS,
+    InstallError,
+    apply,
+    plan_install,
+    plan_uninstall,
+    target_for_policy,
+)
+from slurmpool.policy import Policy, load_policy
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sandbox.yaml"
+
+SITE_CONF = """\
+# the site's slurm.conf
+ClusterName=site
+SlurmctldHost=head
+Prolog={prolog}
+EPILOG={epilog}
+PrologFlags=Contain
+NodeName=sbx[1-2] CPUs=8
+"""
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes | None, int]]:
+    """Every file and directory under root with its bytes and mode."""
+    out: dict[str, tuple[bytes | None, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            p = Path(dirpath, d)
+            out[str(p.relative_to(root))] = (None, stat.S_IMODE(p.stat().st_mode))
+        for f in filenames:
+            p = Path(dirpath, f)
+            out[str(p.relative_to(root))] = (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
+    return out
+
+
+def script(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> dict[str, Path]:
+    """A site with its own prolog and epilog, whose slurm.conf lives in the policy's config dir."""
+    node = tmp_path / "node"
+    log = tmp_path / "site.log"
+    prolog = script(tmp_path / "site" / "prolog.sh", f'echo "site prolog $SLURM_JOB_ID" >> {log}\n')
+    epilog = script(tmp_path / "site" / "epilog.sh", f'echo "site epilog $SLURM_JOB_ID" >> {log}\n')
+    conf = node / "etc" / "slurm" / "slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(SITE_CONF.format(prolog=prolog, epilog=epilog))
+    conf.chmod(0o640)
+    return {"root": tmp_path, "node": node, "conf": conf, "log": log, "prolog": prolog}
+
+
+def policy_for(node: Path) -> Policy:
+    return load_policy(EXAMPLE, variables={"root": str(node)})
+
+
+def do_install(policy: Policy, root: str | Path = "/", **kw: str) -> list[str]:
+    target = target_for_policy(
+        policy, systemd_dir=kw.get("systemd_dir", policy.paths.state_dir + "-systemd")
+    )
+    return apply(plan_install(target, generate(policy).files, root))
+
+
+def test_round_trip_restores_bytes_and_site_prolog_runs(site: dict[str, Path]) -> None:
+    before = snapshot(site["root"])
+    policy = policy_for(site["node"])
+    do_install(policy)
+    conf = site["conf"].read_text()
+    assert f"{DISABLED_PREFIX}Prolog={site['prolog']}" in conf
+    assert f"{DISABLED_PREFIX}EPILOG=" in conf
+    assert f"{DISABLED_PREFIX}PrologFlags=Contain" in conf  # the fragment sets PrologFlags
+    assert conf.count("Include ") == 1
+    assert conf.rstrip().endswith("#slurmpool-include")
+    assert stat.S_IMODE(site["conf"].stat().st_mode) == 0o640
+    state = Path(policy.paths.state_dir)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o711
+    assert state.stat().st_uid == os.geteuid()
+
+    # The wrapper runs the site prolog first, then slurmpool's hook.
+    prolog = Path(policy.paths.hooks_dir) / "prolog"
+    assert os.access(prolog, os.X_OK)
+    env = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "sbx1", "SLURM_JOB_UID": "0"}
+    res = subprocess.run([str(prolog)], env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert site["log"].read_text() == "site prolog 42\n"
+    assert "hook=prolog action=job-start" in res.stderr
+    assert "job=42" in (state / "hooks.log").read_text()
+
+    epilog = Path(policy.paths.hooks_dir) / "epilog"
+    res = subprocess.run([str(epilog)], env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert site["log"].read_text().splitlines()[-1] == "site epilog 42"
+
+    (state / "hooks.log").unlink()  # written by the hooks, not by install
+    site["log"].unlink()
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert snapshot(site["root"]) == before
+
+
+def test_second_install_is_a_no_op(site: dict[str, Path]) -> None:
+    policy = policy_for(site["node"])
+    target = target_for_policy(policy, systemd_dir=str(site["root"] / "systemd"))
+    files = generate(policy).files
+    first = plan_install(target, files)
+    assert not first.empty
+    apply(first)
+    after_first = snapshot(site["root"])
+    second = plan_install(target, files)
+    assert second.empty, second.summary()
+    assert snapshot(site["root"]) == after_first
+    result = CliRunner().invoke(
+        main,
+        [
+            "install",
+            "--policy",
+            str(EXAMPLE),
+            "--var",
+            f"root={site['node']}",
+            "--systemd-dir",
+            str(site["root"] / "systemd"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "nothing to do"
+
+
+def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
+    before = snapshot(site["root"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "install",
+            "--policy",
+            str(EXAMPLE),
+            "--var",
+            f"root={site['node']}",
+            "--systemd-dir",
+            str(site["root"] / "systemd"),
+            "--dry-run",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert snapshot(site["root"]) == before
+    out = result.output
+    assert f"+{DISABLED_PREFIX}Prolog={site['prolog']}" in out
+    assert f"-Prolog={site['prolog']}" in out
+    assert f"+++ b{site['node']}/hooks/prolog" in out
+    assert "--- /dev/null" in out
+    assert "create directory" in out
+
+
+def test_staged_root_prefixes_every_path(tmp_path: Path) -> None:
+    root = tmp_path / "stage"
+    conf = root / "srv/pool/etc/slurm/slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("ClusterName=x\nTaskProlog=/usr/local/bin/site-task-prolog\n")
+    before = snapshot(root)
+    policy = policy_for(Path("/srv/pool"))
+    target = target_for_policy(policy, systemd_dir="/etc/systemd/system")
+    apply(plan_install(target, generate(policy).files, root))
+    assert (root / "srv/pool/hooks/task-prolog").is_file()
+    assert (root / "etc/systemd/system/slurmpool-monitord.service").is_file()
+    assert "ExecStart=" in (root / "etc/systemd/system/slurmpool-monitord.service").read_text()
+    assert (root / "srv/pool/etc/slurm/gres.conf").is_file()
+    assert (root / "srv/pool/state/install-manifest.json").is_file()
+    wrapper = (root / "srv/pool/hooks/task-prolog").read_text()
+    assert "/usr/local/bin/site-task-prolog || return $?" in wrapper
+    assert not Path("/srv/pool/hooks").exists()
+    assert plan_install(target, generate(policy).files, root).empty
+    apply(plan_uninstall("/srv/pool/state", root))
+    assert snapshot(root) == before
+
+
+def test_uninstall_keeps_admin_edits_made_after_install(site: dict[str, Path]) -> None:
+    policy = policy_for(site["node"])
+    original = site["conf"].read_text()
+    do_install(policy)
+    with site["conf"].open("a") as f:
+        f.write("MaxJobCount=5000\n")
+    plan = plan_uninstall(policy.paths.state_dir)
+    assert any("changed since install" in n for n in plan.notes)
+    apply(plan)
+    assert site["conf"].read_text() == original + "MaxJobCount=5000\n"
+
+
+def test_existing_generated_file_is_restored(site: dict[str, Path]) -> None:
+    gres = site["conf"].parent / "gres.conf"
+    gres.write_text("Name=gpu File=/dev/nvidia0\n")
+    gres.chmod(0o600)
+    policy = policy_for(site["node"])
+    do_install(policy)
+    assert "vgpu" in gres.read_text()
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert gres.read_text() == "Name=gpu File=/dev/nvidia0\n"
+    assert stat.S_IMODE(gres.stat().st_mode) == 0o600
+
+
+def test_refuses_a_site_hook_at_the_wrapper_path(site: dict[str, Path]) -> None:
+    policy = policy_for(site["node"])
+    site["conf"].write_text(f"Prolog={policy.paths.hooks_dir}/prolog\n")
+    with pytest.raises(InstallError, match="move the site's hook"):
+        plan_install(target_for_policy(policy), generate(policy).files)
+
+
+def test_missing_slurm_conf_is_a_clear_error(tmp_path: Path) -> None:
+    policy = policy_for(tmp_path / "nothing")
+    with pytest.raises(InstallError, match=r"no slurm\.conf there"):
+        plan_install(target_for_policy(policy), generate(policy).files)
+
+
+def test_uninstall_without_install_says_nothing_to_do(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["uninstall", "--state-dir", str(tmp_path / "state")])
+    assert result.exit_code == 0
+    assert "nothing to do" in result.output
+
+
+@pytest.mark.parametrize(
+    ("hook", "site_rc", "ours_ok", "expect_rc", "expect_log"),
+    [
+        ("prolog", 0, True, 0, ["site"]),
+        ("prolog", 3, True, 3, ["site"]),
+        ("epilog", 4, True, 4, ["site"]),
+        ("epilog", 0, False, 1, ["site"]),
+        ("task-prolog", 5, True, 5, ["site"]),
+    ],
+    ids=[
+        "prolog-ok",
+        "prolog-site-fails",
+        "epilog-site-fails",
+        "epilog-ours-fails",
+        "task-site-fails",
+    ],
+)
+def test_wrapper_failure_propagation(
+    tmp_path: Path, hook: str, site_rc: int, ours_ok: bool, expect_rc: int, expect_log: list[str]
+) -> None:
+    log = tmp_path / "order.log"
+    key = next(h.slurm_key for h in HOOKS if h.name == hook)
+    site_hook = script(
+        tmp_path / "site-hook", f"echo site >> {log}\necho 'export SITE=1'\nexit {site_rc}\n"
+    )
+    node = tmp_path / "node"
+    conf = node / "etc/slurm/slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f"{key}={site_hook}\n")
+    policy = policy_for(node)
+    do_install(policy)
+    if not ours_ok:
+        Path(policy.paths.slurm_config_dir, "node-config.json").write_text("{}")
+    wrapper = Path(policy.paths.hooks_dir) / hook
+    res = subprocess.run(
+        [str(wrapper)], env={"SLURM_JOB_ID": "7"}, capture_output=True, text=True, timeout=30
+    )
+    assert res.returncode == expect_rc, res.stderr
+    assert log.read_text().split() == expect_log
+    if hook == "task-prolog":
+        assert res.stdout.startswith("export SITE=1\n")
+
+
+def test_wrapper_sets_path_and_slurm_conf_in_an_empty_environment(site: dict[str, Path]) -> None:
+    policy = policy_for(site["node"])
+    do_install(policy)
+    wrapper = (Path(policy.paths.hooks_dir) / "epilog-slurmctld").read_text()
+    assert f"SLURM_CONF={site['conf']}" in wrapper
+    assert sys.executable in wrapper
+    res = subprocess.run(
+        [str(Path(policy.paths.hooks_dir) / "epilog-slurmctld")],
+        env={},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert res.returncode == 0, res.stderr

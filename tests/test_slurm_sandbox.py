@@ -1,0 +1,156 @@
+"""Sandbox pieces that need no Slurm: processes by PID, state file, config text, requirements."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmpool.cli import main
+from slurmpool.sandbox import Layout, Sandbox, SandboxError, SandboxOptions, SandboxState, procs
+from slurmpool.sandbox.cluster import (
+    base_slurm_conf,
+    free_port_block,
+    namespace_argv,
+    slurmdbd_conf,
+    wait_for,
+)
+from slurmpool.sandbox.layout import load_state
+from slurmpool.sandbox.requirements import REQUIRED_PROGRAMS, missing_programs
+from slurmpool.slurm import Runner
+from slurmpool.slurm.conf import settings
+
+
+def test_spawn_and_stop_by_pid(tmp_path: Path) -> None:
+    d = procs.spawn(
+        "sleeper",
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+        tmp_path / "s.log",
+        {"PATH": "/usr/bin:/bin"},
+    )
+    assert procs.is_running(d)
+    assert d.start_time is not None
+    wait_for("log", lambda: "up" in (tmp_path / "s.log").read_text(), 10)
+    report = procs.stop([d], grace_s=5)
+    assert report == [f"sleeper (pid {d.pid}): stopped"]
+    assert not procs.is_running(d)
+
+
+def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('x', flush=True); time.sleep(60)"
+    )
+    d = procs.spawn("stubborn", [sys.executable, "-c", code], tmp_path / "s.log", {})
+    wait_for("log", lambda: "x" in (tmp_path / "s.log").read_text(), 10)
+    report = procs.stop([d], grace_s=0.5)
+    assert report == [f"stubborn (pid {d.pid}): killed after 0.5 s"]
+    assert not procs.is_running(d)
+
+
+def test_a_reused_pid_is_not_ours() -> None:
+    me = procs.Daemon("me", os.getpid(), procs.process_start_time(os.getpid()), (), "")
+    assert procs.is_running(me)
+    impostor = procs.Daemon("old", os.getpid(), (me.start_time or 0) + 1, (), "")
+    assert not procs.is_running(impostor)
+    assert procs.stop([impostor]) == [f"old (pid {os.getpid()}): not running"]
+
+
+def test_state_round_trip(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    st = SandboxState(
+        directory=str(tmp_path),
+        cluster="c",
+        slurm_conf="/x/slurm.conf",
+        policy="p.yaml",
+        nodes=["sbx1"],
+        partition="pool",
+        ports={"slurmctld": 1},
+        daemons=[procs.Daemon("munged", 1, 2, ("munged",), "/l")],
+        phase="up",
+        startup_s=4.2,
+    )
+    st.save(layout)
+    assert load_state(layout) == st
+    assert load_state(Layout(tmp_path / "none")) is None
+
+
+def test_base_conf_is_loopback_with_short_credentials(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    ports = {"slurmctld": 20001, "slurmdbd": 20002, "mariadb": 20003, "slurmd": 20004}
+    conf = settings(base_slurm_conf(layout, "sbx", ports))
+    assert conf["clustername"] == "sbx"
+    assert conf["slurmctldhost"] == "localhost(127.0.0.1)"
+    assert conf["authinfo"] == f"socket={layout.munge_socket},cred_expire=10"
+    assert conf["accountingstoragepass"] == str(layout.munge_socket)
+    assert conf["communicationparameters"] == "NoCtldInAddrAny,NoInAddrAny"
+    assert conf["slurmdspooldir"].endswith("/%n")
+    assert conf["slurmduser"] == "root" and conf["slurmuser"] == "root"
+    assert conf["proctracktype"] == "proctrack/linuxproc"
+    assert conf["taskplugin"] == "task/none"
+    assert conf["selecttype"] == "select/cons_tres"
+    assert conf["slurmdparameters"] == "config_overrides"
+    assert conf["prolog"] == str(layout.site_dir / "prolog.sh")
+    dbd = settings(slurmdbd_conf(layout, ports, "pw"))
+    assert dbd["dbdaddr"] == "127.0.0.1" and dbd["storagehost"] == "127.0.0.1"
+    assert dbd["storageport"] == "20003" and dbd["authinfo"] == f"socket={layout.munge_socket}"
+
+
+def test_namespace_argv_keeps_arguments_as_data(tmp_path: Path) -> None:
+    r = Runner(search_path=["/usr/bin", "/bin"])
+    argv = namespace_argv(r, [(tmp_path / "a b", tmp_path / "c")], ["slurmd", "-N", "x; rm -rf /"])
+    assert argv[:5] == [r.which("unshare"), "--mount", "--propagation", "private", "--"]
+    assert argv[-6:] == [
+        str(tmp_path / "a b"),
+        str(tmp_path / "c"),
+        "--",
+        "slurmd",
+        "-N",
+        "x; rm -rf /",
+    ]
+
+
+def test_free_port_block_is_free_and_consecutive() -> None:
+    ports = free_port_block(5)
+    assert ports == list(range(ports[0], ports[0] + 5))
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+
+
+def test_missing_programs_name_the_packages(tmp_path: Path) -> None:
+    missing = missing_programs(Runner(search_path=[str(tmp_path)]))
+    assert set(missing.programs) == set(REQUIRED_PROGRAMS)
+    msg = missing.message()
+    assert "apt-get install" in msg
+    for pkg in ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb-server"):
+        assert pkg in msg.split("apt-get install", 1)[1].split()
+    with pytest.raises(SandboxError, match="apt-get install"):
+        Sandbox(tmp_path / "sbx", Runner(search_path=[str(tmp_path)])).up(
+            SandboxOptions(directory=tmp_path / "sbx")
+        )
+
+
+def test_wait_for_reports_a_dead_daemon() -> None:
+    with pytest.raises(SandboxError, match="the daemon exited"):
+        wait_for("x", lambda: False, 5, alive=lambda: False)
+    with pytest.raises(SandboxError, match=r"not ready after 0\.2 s"):
+        wait_for("x", lambda: False, 0.2)
+
+
+def test_cli_without_a_sandbox(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(main, ["sandbox", "status", "--dir", str(tmp_path / "none")])
+    assert res.exit_code == 1 and "no sandbox in" in res.output
+    res = runner.invoke(main, ["sandbox", "env", "--dir", str(tmp_path / "none")])
+    assert res.exit_code == 1 and "slurmpool sandbox up" in res.output
+    res = runner.invoke(main, ["sandbox", "down", "--dir", str(tmp_path / "none")])
+    assert res.exit_code == 0 and "no sandbox" in res.output
+    res = runner.invoke(
+        main, ["sandbox", "status"], env={"SLURMPOOL_SANDBOX_DIR": str(tmp_path / "e")}
+    )
+    assert str(tmp_path / "e") in res.output

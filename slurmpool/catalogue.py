@@ -447,20 +447,70 @@ class Catalogue:
         return self.find(nvml_name)
 
 
+class PartialCatalogue(Catalogue):
+    """The catalogue, reading only the files of the models named up front.
+
+    For the job hooks: a node's models are known from its node config, and each
+    model's file is ``<name>.json``.  A lookup those files cannot answer (another
+    model, an alias, an unknown PCI id), iteration and ``names`` load the whole
+    directory, so every answer is the full catalogue's.
+    """
+
+    def __init__(
+        self, names: Iterable[str], directory: str | os.PathLike[str] | None = None
+    ) -> None:
+        self._directory = directory
+        self._whole: Catalogue | None = None
+        root = Path(directory) if directory is not None else gres_dir()
+        models = []
+        for name in dict.fromkeys(names):
+            f = root / f"{name}.json"
+            if f.is_file():
+                models.append(_load_file(f))
+        super().__init__(models)
+
+    def whole(self) -> Catalogue:
+        if self._whole is None:
+            if self._directory is None:
+                self._whole = default_catalogue()
+            else:
+                self._whole = load_catalogue(self._directory)
+        return self._whole
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.whole())
+
+    def __len__(self) -> int:
+        return len(self.whole())
+
+    @property
+    def names(self) -> list[str]:
+        return self.whole().names
+
+    def find(self, name: str) -> GpuModel | None:
+        found = super().find(name)
+        return found if found is not None else self.whole().find(name)
+
+    def by_pci_device_id(self, device_id: int) -> GpuModel | None:
+        found = super().by_pci_device_id(device_id)
+        return found if found is not None else self.whole().by_pci_device_id(device_id)
+
+
+def _load_file(f: Path) -> GpuModel:
+    try:
+        data = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise CatalogueError(f"{f}: line {e.lineno}: invalid JSON: {e.msg}") from None
+    return parse_model(data, str(f))
+
+
 def load_catalogue(directory: str | os.PathLike[str] | None = None) -> Catalogue:
     """Load and validate every ``*.json`` file of a catalogue directory."""
     root = Path(directory) if directory is not None else gres_dir()
     files = sorted(root.glob("*.json"))
     if not files:
         raise CatalogueError(f"{root}: no GPU catalogue files (*.json) found")
-    models = []
-    for f in files:
-        try:
-            data = json.loads(f.read_text())
-        except json.JSONDecodeError as e:
-            raise CatalogueError(f"{f}: line {e.lineno}: invalid JSON: {e.msg}") from None
-        models.append(parse_model(data, str(f)))
-    return Catalogue(models)
+    return Catalogue([_load_file(f) for f in files])
 
 
 _default: Catalogue | None = None

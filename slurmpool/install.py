@@ -55,7 +55,7 @@ FRAGMENT_NAME = "slurmpool.conf"
 UNIT_NAME = "slurmpool-monitord.service"
 HOOK_LOG_NAME = "hooks.log"
 # Traversable, not listable: the TaskProlog (the job's user) reads jobs/<id>.env.
-STATE_DIR_MODE = 0o711
+STATE_DIR_MODE = 0o700
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 Order = Literal["site-first", "slurmpool-first", "both"]

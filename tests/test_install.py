@@ -94,13 +94,18 @@ def test_round_trip_restores_bytes_and_site_prolog_runs(site: dict[str, Path]) -
     assert conf.rstrip().endswith("#slurmpool-include")
     assert stat.S_IMODE(site["conf"].stat().st_mode) == 0o640
     state = Path(policy.paths.state_dir)
-    assert stat.S_IMODE(state.stat().st_mode) == 0o711
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert state.stat().st_uid == os.geteuid()
 
     # The wrapper runs the site prolog first, then slurmpool's hook.
     prolog = Path(policy.paths.hooks_dir) / "prolog"
     assert os.access(prolog, os.X_OK)
-    env = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "sbx1", "SLURM_JOB_UID": "0"}
+    env = {
+        "SLURM_JOB_ID": "42",
+        "SLURMD_NODENAME": "sbx1",
+        "SLURM_JOB_UID": "0",
+        "SLURM_JOB_EXTRA": "slurmpool:vgpu=0",  # no vgpu: the prolog needs no scontrol
+    }
     res = subprocess.run([str(prolog)], env=env, capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     assert site["log"].read_text() == "site prolog 42\n"

@@ -49,6 +49,8 @@ def test_hooks_log_one_line_and_exit_0(hook: str, node_config: Path, tmp_path: P
         "SLURM_JOB_UID": "1000",
         "SLURM_JOB_USER": "alice",
         "SLURMD_NODENAME": "sbx2",
+        # The request as job_submit.lua stores it (23.02+): no vgpu, so no scontrol call.
+        "SLURM_JOB_EXTRA": "slurmpool:vgpu=0",
     }
     log = tmp_path / "hooks.log"
     rc, err = run(hook, node_config, env, log)

@@ -58,6 +58,55 @@ class NodeClassConfig:
         return tuple(g for g in self.gpus if g.pooled)
 
 
+STRAY_KILL = "kill"
+STRAY_REFUSE = "refuse"
+
+# Paths a node config may omit (configs written before they existed still load).
+DEFAULT_PATHS = {
+    "sysfs_root": "/sys",
+    "vfio_dev_dir": "/dev/vfio",
+    "proc_root": "/proc",
+    "run_dir": "/run/slurmpool",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolingPolicy:
+    """Job-time pooling knobs.  Every field has a safe default, so node configs
+    written before a knob existed still load.
+
+    ``stray_processes``: what the prolog does with processes left on a whole GPU by
+    an earlier job: ``kill`` them (the default: they belong to no running job on a
+    GPU Slurm just handed out) or ``refuse`` the GPU (requeue the job).
+    ``allow_disable_mig``: may the prolog turn MIG off on an idle passthrough GPU
+    (off by default: a mode change resets Ampere boards and needs an admin's yes).
+    ``destroy_retry_s``: how long the epilog retries destroying a busy instance.
+    ``kill_grace_s``: SIGTERM to SIGKILL delay for stray processes.
+    """
+
+    stray_processes: str = STRAY_KILL
+    allow_disable_mig: bool = False
+    destroy_retry_s: float = 20.0
+    kill_grace_s: float = 3.0
+
+
+def _pooling(d: Any) -> PoolingPolicy:
+    if d is None:
+        return PoolingPolicy()
+    if not isinstance(d, dict):
+        raise TypeError(f"pooling: expected an object, got {type(d).__name__}")
+    default = PoolingPolicy()
+    stray = str(d.get("stray_processes", default.stray_processes))
+    if stray not in (STRAY_KILL, STRAY_REFUSE):
+        raise ValueError(f"pooling.stray_processes: expected 'kill' or 'refuse', got {stray!r}")
+    return PoolingPolicy(
+        stray_processes=stray,
+        allow_disable_mig=bool(d.get("allow_disable_mig", default.allow_disable_mig)),
+        destroy_retry_s=float(d.get("destroy_retry_s", default.destroy_retry_s)),
+        kill_grace_s=float(d.get("kill_grace_s", default.kill_grace_s)),
+    )
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     cluster: str
@@ -69,6 +118,14 @@ class NodeConfig:
     # model -> {vgpu count: profile name}
     profiles: dict[str, dict[int, str]]
     classes: tuple[NodeClassConfig, ...]
+    pooling: PoolingPolicy = PoolingPolicy()
+
+    def path(self, name: str) -> str:
+        """A configured path (``state_dir``, ``devices_root``...), with defaults for newer keys."""
+        value = self.paths.get(name, DEFAULT_PATHS.get(name))
+        if value is None:
+            raise NodeConfigError(f"node config has no path {name!r}; paths: {sorted(self.paths)}")
+        return value
 
     def node_class(self, nodename: str) -> NodeClassConfig | None:
         """The class of ``nodename`` (SLURMD_NODENAME), or None if no class has it."""
@@ -127,6 +184,7 @@ def parse_node_config(data: Any, source: str = NODE_CONFIG_NAME) -> NodeConfig:
                 for m, table in data["profiles"].items()
             },
             classes=classes,
+            pooling=_pooling(data.get("pooling")),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise NodeConfigError(f"{source}: malformed node config: {err!r}") from None

@@ -6,7 +6,7 @@ lines and one entry of the node config, whatever the number of nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slurmpool.catalogue import Catalogue, GpuModel
@@ -241,19 +241,9 @@ def node_config(policy: Policy, classes: list[NodeClass], cat: Catalogue) -> dic
         "gpu_backend": policy.gpu_backend,
         "accounting": policy.accounting,
         "slurm_version": policy.slurm_version,
-        "paths": {
-            "state_dir": policy.paths.state_dir,
-            "hooks_dir": policy.paths.hooks_dir,
-            "devices_root": policy.paths.devices_root,
-            "mig_minors": policy.paths.mig_minors,
-            "slurm_config_dir": policy.paths.slurm_config_dir,
-        },
-        "hooks": {
-            "prolog_timeout_s": policy.hooks.prolog_timeout_s,
-            "task_prolog_timeout_s": policy.hooks.task_prolog_timeout_s,
-            "epilog_timeout_s": policy.hooks.epilog_timeout_s,
-            "epilog_slurmctld_timeout_s": policy.hooks.epilog_slurmctld_timeout_s,
-        },
+        "paths": asdict(policy.paths),
+        "hooks": asdict(policy.hooks),
+        "pooling": asdict(policy.pooling),
         "profiles": {m: profile_table(cat.get(m)) for m in models},
         "node_classes": [c.node_config for c in classes],
     }

@@ -15,7 +15,8 @@ this on every job start.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -252,12 +253,17 @@ def _cap_key(name: str) -> tuple[int, int, int | None] | None:
     return (nums[0], nums[1], nums[2] if len(nums) == 3 else None)
 
 
-def parse_mig_minors(text: str, source: str = "mig-minors") -> MigMinors:
+def parse_mig_minors(
+    text: str, source: str = "mig-minors", gpu_minors: Collection[int] | None = None
+) -> MigMinors:
     """Parse ``/proc/driver/nvidia-caps/mig-minors`` (lines ``<name> <minor>``).
 
     Unknown names are ignored (newer drivers may add some); a line that is
     not ``<name> <number>`` raises ``ValueError`` naming the line.
     """
+    fast = _parse_mig_minors_fast(text, gpu_minors)
+    if fast is not None:
+        return fast
     config = monitor = None
     caps: dict[tuple[int, int, int | None], int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -275,6 +281,32 @@ def parse_mig_minors(text: str, source: str = "mig-minors") -> MigMinors:
             key = _cap_key(name)
             if key is not None:
                 caps[key] = minor
+    return MigMinors(config, monitor, caps)
+
+
+_CAP_LINE = r"^gpu({gpus})/gi(\d+)(?:/ci(\d+))?/access (\d+)$"
+_PLAIN_LINE = re.compile(r"^(?:(?:config|monitor) \d+|gpu\d+/gi\d+(?:/ci\d+)?/access \d+)$")
+
+
+def _parse_mig_minors_fast(text: str, gpu_minors: Collection[int] | None) -> MigMinors | None:
+    """The common case: only the GPUs asked for, one regex pass in C (the driver's table
+    has ~4,000 lines and the hooks read it on every job).  None when a line is not in
+    the plain form, so that the line-by-line parser reports it."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not all(_PLAIN_LINE.match(line) for line in lines):
+        return None
+    gpus = "|".join(str(int(g)) for g in gpu_minors) if gpu_minors is not None else r"\d+"
+    caps: dict[tuple[int, int, int | None], int] = {}
+    if gpus:
+        for m in re.finditer(_CAP_LINE.format(gpus=gpus), text, re.M):
+            gpu, gi, ci, minor = m.groups()
+            caps[(int(gpu), int(gi), int(ci) if ci is not None else None)] = int(minor)
+    config = monitor = None
+    for line in lines[:4]:
+        if line.startswith("config "):
+            config = int(line[7:])
+        elif line.startswith("monitor "):
+            monitor = int(line[8:])
     return MigMinors(config, monitor, caps)
 
 

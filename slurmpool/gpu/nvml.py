@@ -182,8 +182,12 @@ class NvmlBackend:
                     text = self._minors_path.read_text()
                 except OSError:
                     return None
+                gpus = [
+                    int(self._nv.nvmlDeviceGetMinorNumber(self._handle(i)))
+                    for i in range(self._count)
+                ]
                 try:
-                    self._minors = parse_mig_minors(text, str(self._minors_path))
+                    self._minors = parse_mig_minors(text, str(self._minors_path), gpus)
                 except ValueError as e:
                     raise GpuBackendError(str(e)) from None
         return self._minors
@@ -261,6 +265,28 @@ class NvmlBackend:
         fn = getattr(self._nv, "nvmlDeviceGetTotalEnergyConsumption", None)
         value = self._try(fn, self._handle(gpu_index)) if fn is not None else None
         return int(value) if value is not None else None
+
+    def ecc_errors(self, gpu_index: int) -> dict[str, int] | None:
+        """Volatile ECC error counts (corrected, uncorrected) since the driver loaded;
+        None where ECC counters are not available."""
+        nv = self._nv
+        h = self._handle(gpu_index)
+        fn = getattr(nv, "nvmlDeviceGetTotalEccErrors", None)
+        if fn is None:
+            return None
+        volatile = getattr(nv, "NVML_VOLATILE_ECC", 0)
+        corrected = self._try(fn, h, getattr(nv, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), volatile)
+        uncorrected = self._try(
+            fn, h, getattr(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1), volatile
+        )
+        if corrected is None and uncorrected is None:
+            return None
+        out = {}
+        if corrected is not None:
+            out["ecc_corrected"] = int(corrected)
+        if uncorrected is not None:
+            out["ecc_uncorrected"] = int(uncorrected)
+        return out
 
     def set_mig_mode(self, gpu_index: int, enabled: bool) -> bool:
         nv = self._nv

@@ -1,15 +1,24 @@
 """The hook table: one function per Slurm hook, each returning the exit status.
 
-For now each hook records what it saw and succeeds.  The per-job MIG carving
-(prolog), CUDA_VISIBLE_DEVICES export (task prolog), release (epilog) and
-accounting hand-off (epilog-slurmctld) replace these functions.
+Each hook logs what it saw, then calls into :mod:`slurmpool.pooling`:
+the prolog carves/binds/shares the job's GPUs (or requeues it), the task
+prolog prints the job's ``export`` lines, the epilog gives everything back.
+Pooling modules are imported inside the hook that needs them, so the task
+prolog never loads the GPU backend or the state store.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from slurmpool.hooks.context import HookContext
+
+if TYPE_CHECKING:
+    from slurmpool.gpu.backend import GpuBackend
+    from slurmpool.pooling.node import Job, Node
+    from slurmpool.pooling.slurmjob import SlurmJobs
 
 HookFn = Callable[[HookContext], int]
 
@@ -33,26 +42,131 @@ def _job_fields(ctx: HookContext) -> dict[str, object]:
     }
 
 
+# Seconds a hook keeps for itself below the wrapper's `timeout -k 5 N`.
+_MARGIN_S = 3.0
+
+
+def _pool_node(ctx: HookContext) -> Node | None:
+    """The pooling view of this node, or None when the node has no class (not pooled)."""
+    from slurmpool.pooling.node import Deadline, Node
+
+    name = ctx.job.node
+    cls = ctx.config.node_class(name) if name else None
+    if name is None or cls is None:
+        return None
+    key = ctx.hook.replace("-", "_") + "_timeout_s"
+    budget = max(5.0, float(ctx.config.hooks.get(key, 30)) - _MARGIN_S)
+    config = ctx.config
+
+    def open_backend() -> GpuBackend:
+        from slurmpool.gpu.select import open_backend as open_spec
+
+        return open_spec(
+            config.gpu_backend,
+            mig_minors_path=config.path("mig_minors"),
+            catalogue=node.catalogue(),
+        )
+
+    node = Node(name, config, cls, ctx.log, open_backend, Deadline(budget))
+    return node
+
+
+def _job(ctx: HookContext) -> Job | None:
+    from slurmpool.pooling.node import Job
+
+    j = ctx.job
+    # slurmd always sets both; a job id is digits (an array task: digits_digits).
+    if j.job_id is None or j.uid is None or not j.job_id.replace("_", "").isdigit():
+        return None
+    return Job(j.job_id, j.uid, j.user or str(j.uid))
+
+
 def prolog(ctx: HookContext) -> int:
-    fields = {**_job_fields(ctx), **_node_fields(ctx)}
-    ctx.log.event("job-start", fields, gpus=ctx.job.job_gpus or "-")
-    return 0
+    fields = {**_job_fields(ctx), **_node_fields(ctx), "gpus": ctx.job.job_gpus or "-"}
+    ctx.log.event("job-start", fields)
+    node, job = _pool_node(ctx), _job(ctx)
+    if node is None:
+        return 0
+    if job is None:
+        ctx.log.event("no-job", level="error", error="SLURM_JOB_ID/SLURM_JOB_UID missing")
+        return 1
+    from slurmpool.pooling.prolog import run_prolog
+
+    env = ctx.env
+
+    def slurm() -> SlurmJobs:
+        from slurmpool.pooling.slurmjob import SlurmJobs
+
+        return SlurmJobs.from_env(env)
+
+    return run_prolog(node, job, env, slurm)
 
 
 def task_prolog(ctx: HookContext) -> int:
-    # Anything printed to stdout as "export NAME=value" reaches the job's tasks;
-    # nothing is exported until instances are carved per job.
+    # Each stdout line "export NAME=value" reaches the job's tasks.  This runs as the
+    # job's user: it only reads the export file the prolog wrote.
+    from slurmpool.pooling import jobfile
+
     ctx.log.event("task-start", {**_job_fields(ctx), **_node_fields(ctx)})
+    if ctx.job.job_id is None or ctx.config.node_class(ctx.job.node or "") is None:
+        return 0
+    try:
+        text = jobfile.read(ctx.config.path("run_dir"), ctx.job.job_id)
+    except jobfile.JobFileError as e:
+        ctx.log.event("exports-unreadable", level="error", job=ctx.job.job_id, error=str(e))
+        return 1
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()
     return 0
+
+
+# -- accounting (slurmpool.accounting) ----------------------------------------------------
+def _enqueue_gpu_summary(ctx: HookContext) -> None:
+    """Put the job's GPU summary in the accounting outbox, before anything is released.
+
+    Best effort: a failure is logged and never fails the epilog.
+    """
+    j = ctx.job
+    if not ctx.config.accounting or j.job_id is None or j.node is None:
+        return
+    try:
+        from slurmpool.accounting.enqueue import enqueue_from_hook
+        from slurmpool.pooling.request import vgpu_from_extra
+
+        part = enqueue_from_hook(
+            state_dir=ctx.config.path("state_dir"),
+            node=j.node,
+            job_id=j.job_id,
+            cluster=j.cluster or ctx.config.cluster,
+            user=j.user,
+            vgpu_hint=vgpu_from_extra(ctx.env.get("SLURM_JOB_EXTRA")),
+            run=j.restart_count,
+        )
+        if part is not None:
+            ctx.log.event("gpu-summary-queued", job=j.job_id, devices=len(part["devices"]))
+    except Exception as e:
+        ctx.log.event(
+            "gpu-summary-failed", level="error", job=j.job_id, error=f"{type(e).__name__}: {e}"
+        )
+
+
+# ------------------------------------------------------------------------------------------
 
 
 def epilog(ctx: HookContext) -> int:
     ctx.log.event("job-end", {**_job_fields(ctx), **_node_fields(ctx)})
-    return 0
+    _enqueue_gpu_summary(ctx)
+    node, job = _pool_node(ctx), _job(ctx)
+    if node is None or job is None:
+        return 0
+    from slurmpool.pooling.epilog import run_epilog
+
+    return run_epilog(node, job)
 
 
 def epilog_slurmctld(ctx: HookContext) -> int:
-    ctx.log.event("job-end-ctld", _job_fields(ctx), cluster=ctx.job.cluster or "-")
+    ctx.log.event("job-end-ctld", {**_job_fields(ctx), "cluster": ctx.job.cluster or "-"})
     return 0
 
 

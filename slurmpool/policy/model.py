@@ -82,6 +82,10 @@ class Paths:
     devices_root: str
     mig_minors: str
     slurm_config_dir: str
+    run_dir: str
+    sysfs_root: str
+    vfio_dev_dir: str
+    proc_root: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,14 @@ class HookLimits:
     task_prolog_timeout_s: int
     epilog_timeout_s: int
     epilog_slurmctld_timeout_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pooling:
+    stray_processes: str  # kill | refuse
+    allow_disable_mig: bool
+    destroy_retry_s: int
+    kill_grace_s: int
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,7 @@ class Policy:
     cgroup_plugin: str
     paths: Paths
     hooks: HookLimits
+    pooling: Pooling
     node_groups: tuple[NodeGroup, ...]
     partitions: tuple[Partition, ...]
     source: str = "<policy>"

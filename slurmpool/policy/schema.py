@@ -205,6 +205,40 @@ PATHS = Obj(
         _path("devices_root directory of nvidiaN and nvidia-caps/", "/dev"),
         _path("mig_minors the driver's mig-minors file", "/proc/driver/nvidia-caps/mig-minors"),
         _path("slurm_config_dir where slurm.conf and job_submit.lua live", "/etc/slurm"),
+        _path("run_dir per-job files the task prolog reads (as the job's user)", "/run/slurmpool"),
+        _path("sysfs_root sysfs, for vfio-pci rebinding", "/sys"),
+        _path("vfio_dev_dir directory of the vfio group device files", "/dev/vfio"),
+        _path("proc_root procfs, for process to job attribution", "/proc"),
+    ],
+)
+
+POOLING = Obj(
+    description="what the job hooks do on the node",
+    fields=[
+        Field(
+            "stray_processes",
+            Str(
+                enum=("kill", "refuse"),
+                description="processes an earlier job left on a whole GPU: kill them, or "
+                "refuse the GPU (the job is requeued)",
+            ),
+            default="kill",
+        ),
+        Field(
+            "allow_disable_mig",
+            Bool(description="may the prolog turn MIG off on an idle passthrough GPU"),
+            default=False,
+        ),
+        Field(
+            "destroy_retry_s",
+            Int(minimum=1, maximum=600, description="seconds the epilog retries a busy instance"),
+            default=20,
+        ),
+        Field(
+            "kill_grace_s",
+            Int(minimum=0, maximum=120, description="seconds from SIGTERM to SIGKILL"),
+            default=3,
+        ),
     ],
 )
 
@@ -261,6 +295,7 @@ POLICY = Obj(
         ),
         Field("paths", PATHS, default=PATHS.defaults()),
         Field("hooks", HOOKS, default=HOOKS.defaults()),
+        Field("pooling", POOLING, default=POOLING.defaults()),
         Field("node_groups", Seq(NODE_GROUP, min_items=1), required=True),
         Field("partitions", Seq(PARTITION, min_items=1), required=True),
     ],

@@ -21,6 +21,7 @@ from slurmpool.policy.model import (
     Partition,
     Paths,
     Policy,
+    Pooling,
     VgpuUnit,
 )
 
@@ -270,6 +271,7 @@ def build_policy(data: dict[str, Any], ctx: Context, cat: Catalogue) -> Policy |
         cgroup_plugin=data["cgroup_plugin"],
         paths=Paths(**data["paths"]),
         hooks=HookLimits(**hooks),
+        pooling=Pooling(**data["pooling"]),
         node_groups=tuple(groups),
         partitions=tuple(partitions),
         source=ctx.file,

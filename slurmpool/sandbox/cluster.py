@@ -28,7 +28,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpool.install import apply, others_can_run, plan_install, target_for_policy
+from slurmpool.install import (
+    STATE_DIR_MODE,
+    apply,
+    others_can_run,
+    plan_install,
+    target_for_policy,
+)
 from slurmpool.policy import Policy
 from slurmpool.sandbox import procs
 from slurmpool.sandbox.layout import (
@@ -419,7 +425,7 @@ class Sandbox:
         for name in node_names:
             for sub in PER_HOST_DIRS:
                 (L.host_dir(name) / sub).mkdir(parents=True, exist_ok=True)
-            os.chmod(L.host_dir(name) / "state", 0o711)  # install's STATE_DIR_MODE
+            os.chmod(L.host_dir(name) / "state", STATE_DIR_MODE)
 
     def _spawn(
         self, state: SandboxState, name: str, argv: Sequence[str], env: dict[str, str]

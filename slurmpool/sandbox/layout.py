@@ -25,7 +25,7 @@ from slurmpool.sandbox.procs import Daemon
 DEFAULT_SANDBOX_DIR = "/tmp/slurmpool-sandbox"
 STATE_FILE = "sandbox.json"
 # Sub-directories of the policy root that belong to one host (bind-mounted per slurmd).
-PER_HOST_DIRS = ("sim", "dev", "proc", "state")
+PER_HOST_DIRS = ("sim", "dev", "proc", "state", "run")
 
 
 @dataclass(frozen=True, slots=True)

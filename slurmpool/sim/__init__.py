@@ -16,19 +16,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from slurmpool.sim.node import (
-    SimGpuSpec,
-    SimNode,
-    create_node,
-    node_summary,
-    open_node,
-    reset_gpu,
-)
-from slurmpool.sim.processes import attach_process, detach_process
-from slurmpool.sim.state import ENV_STATE_DIR, SimError, SimOutOfMemory
-
 if TYPE_CHECKING:
+    from slurmpool.sim.node import (
+        SimGpuSpec,
+        SimNode,
+        create_node,
+        node_summary,
+        open_node,
+        reset_gpu,
+    )
     from slurmpool.sim.nvml import SimNvml
+    from slurmpool.sim.processes import attach_process, detach_process
+    from slurmpool.sim.state import ENV_STATE_DIR, SimError, SimOutOfMemory
+
+# Imported on first use: the hooks load only the parts they touch (slurmpool.sim.nvml).
+_LAZY = {
+    "ENV_STATE_DIR": "state",
+    "SimError": "state",
+    "SimOutOfMemory": "state",
+    "SimGpuSpec": "node",
+    "SimNode": "node",
+    "create_node": "node",
+    "node_summary": "node",
+    "open_node": "node",
+    "reset_gpu": "node",
+    "attach_process": "processes",
+    "detach_process": "processes",
+    "SimNvml": "nvml",
+}
 
 __all__ = [
     "ENV_STATE_DIR",
@@ -47,8 +62,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "SimNvml":
-        from slurmpool.sim.nvml import SimNvml
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return SimNvml
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

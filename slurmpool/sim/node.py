@@ -11,9 +11,7 @@ owns CPUs ``k*cpus_per_numa .. (k+1)*cpus_per_numa - 1``.
 from __future__ import annotations
 
 import os
-import socket
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 
 from slurmpool.catalogue import GpuModel, default_catalogue, load_catalogue
 from slurmpool.sim import devices
+from slurmpool.sim.state import IMMEDIATE_MIG_MODE as IMMEDIATE_MIG_MODE
 from slurmpool.sim.state import SCHEMA, SimError, State, StateStore, fold, new_acc
 
 DEFAULT_DRIVER_VERSION = "550.54.15"
@@ -42,8 +41,18 @@ _ARCH_PREFIXES = (
     ("T", "turing"),
     ("V", "volta"),
 )
-# Architectures where a MIG mode change applies at once (no GPU reset).
-IMMEDIATE_MIG_MODE = frozenset({"hopper", "blackwell"})
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _gpu_uuid(name: str) -> str:
+    import uuid
+
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
 
 
 def architecture(model_name: str) -> str:
@@ -157,7 +166,7 @@ def create_node(
     uids = sorted({0, os.geteuid()} if admin_uids is None else set(admin_uids))
     state: State = {
         "schema": SCHEMA,
-        "node_name": node_name or socket.gethostname(),
+        "node_name": node_name or _hostname(),
         "driver_version": driver_version,
         "cuda_version": DEFAULT_CUDA_VERSION,
         "device_root": str(dev_root),
@@ -197,7 +206,7 @@ def _gpu_state(
         "pci_device_id": spec.pci_device_id
         if spec.pci_device_id is not None
         else (model.pci_device_ids[0] if model.pci_device_ids else 0),
-        "uuid": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"slurmpool-sim:{state_dir}:{index}")),
+        "uuid": "GPU-" + _gpu_uuid(f"slurmpool-sim:{state_dir}:{index}"),
         "serial": f"{1560000000000 + index:013d}",
         "minor": index,
         "bus": _BUSES[index] if index < len(_BUSES) else 0x10 + index,

@@ -60,7 +60,6 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -72,11 +71,10 @@ from slurmpool.catalogue import (
     ComputeInstanceProfile,
     GpuInstanceProfile,
     GpuModel,
-    default_catalogue,
-    load_catalogue,
+    PartialCatalogue,
 )
-from slurmpool.sim.node import IMMEDIATE_MIG_MODE
 from slurmpool.sim.state import (
+    IMMEDIATE_MIG_MODE,
     SimError,
     State,
     StateStore,
@@ -120,6 +118,21 @@ _GI_ID_RANGES = {1: range(0, 1), 2: range(1, 3), 4: range(3, 7), 8: range(7, 15)
 _FORWARDED_HELPERS = frozenset(
     {"nvmlExceptionClass", "nvmlStructToFriendlyObject", "nvmlFriendlyObjectToStruct"}
 )
+
+
+def _uuid5(namespace: str, name: str) -> str:
+    """``str(uuid.uuid5(uuid.UUID(namespace), name))`` (RFC 4122 version 5), without
+    importing :mod:`uuid` on the hooks' path."""
+    import hashlib
+
+    ns = bytes.fromhex(namespace.replace("-", ""))
+    if len(ns) != 16:
+        raise ValueError(f"not a UUID: {namespace!r}")
+    b = bytearray(hashlib.sha1(ns + name.encode()).digest()[:16])
+    b[6] = (b[6] & 0x0F) | 0x50
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _fail(code: int) -> pynvml.NVMLError:
@@ -256,8 +269,11 @@ class SimNvml:
 
     def _models(self) -> Catalogue:
         if self._catalogue is None:
-            cat_dir = self._store.read().get("catalogue_dir")
-            self._catalogue = load_catalogue(cat_dir) if cat_dir else default_catalogue()
+            st = self._store.read()
+            # Only this node's models' files: the rest load if a lookup needs them.
+            self._catalogue = PartialCatalogue(
+                [g["model"] for g in st["gpus"]], st.get("catalogue_dir") or None
+            )
         return self._catalogue
 
     def _model(self, gpu: State) -> GpuModel:
@@ -804,8 +820,7 @@ class SimNvml:
                     "profile_id": c.nvml_profile_index,
                     "slices": _ci_slices(c, gi["slices"]),
                     "start": starts[0],
-                    "uuid": "MIG-"
-                    + str(uuid.uuid5(uuid.UUID(gpu["uuid"][4:]), f"{gi['id']}/{ci_id}/{serial}")),
+                    "uuid": "MIG-" + _uuid5(gpu["uuid"][4:], f"{gi['id']}/{ci_id}/{serial}"),
                 }
             )
         return _handle(_CI, serial, pynvml.c_nvmlComputeInstance_t)

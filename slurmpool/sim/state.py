@@ -38,6 +38,8 @@ SCHEMA = 1
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
 ENV_STATE_DIR = "SLURMPOOL_SIM_STATE"
+# Architectures whose MIG mode change applies at once (no GPU reset).
+IMMEDIATE_MIG_MODE = frozenset({"hopper", "blackwell"})
 
 State = dict[str, Any]
 

@@ -18,7 +18,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,15 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
             reason  TEXT NOT NULL
         );
         """,
+        # 2: which hook process holds a record mid-transition (so reconcile can tell a
+        # crashed hook from a running one) and mode-specific facts needed to undo an
+        # allocation (vfio driver and group, health counters) as a JSON object.
+        """
+        ALTER TABLE allocations ADD COLUMN owner_pid INTEGER;
+        ALTER TABLE allocations ADD COLUMN owner_start INTEGER;
+        ALTER TABLE allocations ADD COLUMN details TEXT NOT NULL DEFAULT '{}';
+        CREATE INDEX requeues_job ON requeues (job_id);
+        """,
     ),
 }
 
@@ -87,6 +96,25 @@ def schema_version(component: str = CORE) -> int:
 
 
 SCHEMA_VERSION = schema_version(CORE)
+
+
+def store_path(state_dir: str | os.PathLike[str], node: str) -> Path:
+    """Where a node's store lives under the installed state dir: ``<state_dir>/<node>.sqlite``."""
+    if not node or "/" in node or node.startswith("."):
+        raise StateStoreError(f"node name {node!r} cannot name a state file")
+    return Path(state_dir) / f"{node}.sqlite"
+
+
+def open_node_store(
+    state_dir: str | os.PathLike[str], node: str, timeout_s: float = 30.0
+) -> NodeStore:
+    """Open ``node``'s store, creating it readable by root only (mode 0600)."""
+    path = store_path(state_dir, node)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # SQLite gives the -wal and -shm files the database file's mode.
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    return NodeStore(path, timeout_s=timeout_s)
 
 
 class StateStoreError(RuntimeError):
@@ -115,12 +143,23 @@ class Allocation:
     updated_at: float
     released_at: float | None
     note: str
+    owner_pid: int | None = None
+    owner_start: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Allocation:
         d: dict[str, Any] = dict(row)
         d["cap_minors"] = tuple(json.loads(d["cap_minors"]))
+        d["details"] = json.loads(d.get("details") or "{}")
         return cls(**d)
+
+    @property
+    def placement(self) -> tuple[int, int] | None:
+        """``(start, size)`` of a MIG allocation, None for other modes."""
+        if self.placement_start is None or self.placement_size is None:
+            return None
+        return (self.placement_start, self.placement_size)
 
 
 @dataclass(slots=True)
@@ -138,6 +177,9 @@ class NewAllocation:
     placement_size: int | None = None
     shares: int | None = None
     note: str = ""
+    owner_pid: int | None = None
+    owner_start: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 class NodeStore:
@@ -233,8 +275,9 @@ class NodeStore:
         now = time.time()
         cur = self.conn.execute(
             """INSERT INTO allocations (job_id, user, uid, mode, gpu_index, gpu_uuid, profile,
-                   placement_start, placement_size, shares, state, created_at, updated_at, note)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'intent', ?, ?, ?)""",
+                   placement_start, placement_size, shares, state, created_at, updated_at, note,
+                   owner_pid, owner_start, details)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'intent', ?, ?, ?, ?, ?, ?)""",
             (
                 new.job_id,
                 new.user,
@@ -249,6 +292,9 @@ class NodeStore:
                 now,
                 now,
                 new.note,
+                new.owner_pid,
+                new.owner_start,
+                json.dumps(new.details),
             ),
         )
         assert cur.lastrowid is not None
@@ -266,6 +312,20 @@ class NodeStore:
             """UPDATE allocations SET state = 'active', gi_id = ?, ci_id = ?, mig_uuid = ?,
                    cap_minors = ?, updated_at = ? WHERE id = ?""",
             (gi_id, ci_id, mig_uuid, json.dumps(list(cap_minors)), time.time(), alloc_id),
+        )
+
+    def set_owner(self, alloc_id: int, pid: int | None, start: int | None) -> None:
+        """Record which hook process now holds the allocation (None: nobody)."""
+        self.conn.execute(
+            "UPDATE allocations SET owner_pid = ?, owner_start = ?, updated_at = ? WHERE id = ?",
+            (pid, start, time.time(), alloc_id),
+        )
+
+    def set_details(self, alloc_id: int, details: dict[str, Any]) -> None:
+        """Replace the mode-specific facts of an allocation (a JSON object)."""
+        self.conn.execute(
+            "UPDATE allocations SET details = ?, updated_at = ? WHERE id = ?",
+            (json.dumps(details), time.time(), alloc_id),
         )
 
     def set_state(self, alloc_id: int, state: str, note: str | None = None) -> None:
@@ -288,8 +348,12 @@ class NodeStore:
             (job_id, time.time(), reason),
         )
 
-    def requeue_count(self) -> int:
-        return int(self.conn.execute("SELECT COUNT(*) FROM requeues").fetchone()[0])
+    def requeue_count(self, job_id: str | None = None) -> int:
+        """Requeues recorded on this node (of one job when ``job_id`` is given)."""
+        if job_id is None:
+            return int(self.conn.execute("SELECT COUNT(*) FROM requeues").fetchone()[0])
+        row = self.conn.execute("SELECT COUNT(*) FROM requeues WHERE job_id = ?", (job_id,))
+        return int(row.fetchone()[0])
 
     def requeues(self, limit: int = 20) -> list[tuple[str, float, str]]:
         rows = self.conn.execute(

@@ -1,0 +1,211 @@
+"""Hook wall time per job on the simulator, against bare interpreter starts.
+
+Runs prolog, task prolog and epilog for N jobs (default 200) as slurmd runs them: the
+wrapper scripts ``slurmpool install`` writes (rendered from templates/hook-wrapper.sh.j2,
+so the same shell, ``timeout`` and interpreter flags), separate processes, only the
+environment Slurm gives, the request in SLURM_JOB_EXTRA (so no slurmctld is needed).
+Each job is a vgpu:1 MIG job on a simulated two-A100 node.  A bare ``python3 -c pass``
+start is measured in the same run, interleaved with the jobs, as the baseline.
+
+Budget (ARCHITECTURE.md): the three hooks together take at most 1.5 times three bare
+starts at p50.  The benchmark reports OK or OVER BUDGET and exits 0 either way; it exits
+1 only when a hook fails.
+
+    python benchmarks/bench_hooks.py [--jobs 200] [--json] [--direct FLAGS]
+
+``--direct FLAGS`` runs ``python FLAGS -m slurmpool.hooks`` without the wrapper instead
+(for comparisons, e.g. ``--direct=-I``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BUDGET = 1.5
+
+
+def _node_config(root: Path, sim_dir: Path, dev: Path, path: Path) -> Path:
+    gpu = {
+        "minor": 0,
+        "model": "A100-SXM4-80GB",
+        "mode": "mig",
+        "shares": 1,
+        "mps": False,
+        "vfio": False,
+        "layout": [],
+        "slurm_type": "a100",
+    }
+    data = {
+        "schema": 1,
+        "cluster": "bench",
+        "gpu_backend": f"sim:{sim_dir}",
+        "accounting": False,
+        "slurm_version": "23.02",
+        "paths": {
+            "state_dir": str(root / "state"),
+            "run_dir": str(root / "run"),
+            "hooks_dir": str(root / "hooks"),
+            "devices_root": str(dev),
+            "mig_minors": str(sim_dir / "proc" / "driver" / "nvidia-caps" / "mig-minors"),
+            "slurm_config_dir": str(root / "etc"),
+        },
+        "hooks": {"prolog_timeout_s": 30, "task_prolog_timeout_s": 10, "epilog_timeout_s": 60},
+        "profiles": {
+            "A100-SXM4-80GB": {"1": "1g.10gb", "2": "2g.20gb", "3": "3g.40gb", "4": "4g.40gb"}
+        },
+        "node_classes": [
+            {
+                "name": "bench",
+                "hostlist": "bench1",
+                "vgpu_unit": "compute-slice",
+                "units_per_gpu": 7,
+                "vgpu_count": 14,
+                "gpus": [{**gpu, "index": i, "minor": i} for i in range(2)],
+            }
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _wrappers(root: Path, python: str) -> dict[str, Path]:
+    """The installed hook wrappers, rendered exactly as ``slurmpool install`` does."""
+    from slurmpool.install import HOOKS, InstallTarget, render_wrapper
+
+    target = InstallTarget(
+        slurm_conf=str(root / "etc" / "slurm.conf"),
+        config_dir=str(root / "etc"),
+        hooks_dir=str(root / "hooks"),
+        state_dir=str(root / "state"),
+        python=python,
+        timeout_bin=shutil.which("timeout") or "/usr/bin/timeout",
+    )
+    out = {}
+    for spec in HOOKS:
+        path = root / "hooks" / spec.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_wrapper(spec, [], target))
+        path.chmod(0o755)
+        out[spec.name] = path
+    return out
+
+
+def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    return time.perf_counter() - t0, proc
+
+
+def pct(values: list[float], q: float) -> float:
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else values[0]
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument(
+        "--direct",
+        metavar="FLAGS",
+        help="run `python FLAGS -m slurmpool.hooks` directly instead of the installed wrapper",
+    )
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    from slurmpool.sim import create_node
+
+    root = Path(tempfile.mkdtemp(prefix="slurmpool-bench-hooks-"))
+    sim_dir, dev = root / "sim", root / "dev"
+    create_node(sim_dir, dev, [("A100-SXM4-80GB", True)] * 2, node_name="bench1")
+    (root / "state").mkdir(mode=0o700)
+    config = _node_config(root, sim_dir, dev, root / "etc" / "node-config.json")
+    py = sys.executable
+    wrappers = _wrappers(root, py)
+
+    base_env = {"PATH": "/usr/bin:/bin"}
+    if args.direct is not None:
+        how = f"direct: python {args.direct} -m slurmpool.hooks"
+    else:
+        how = f"installed wrappers ({wrappers['prolog'].parent})"
+    uid = os.getuid()
+    bare: list[float] = []
+    per_hook: dict[str, list[float]] = {"prolog": [], "task-prolog": [], "epilog": []}
+    totals: list[float] = []
+    for i in range(args.jobs):
+        # Three bare starts per job, interleaved, so both see the same machine load.
+        for _ in range(3):
+            bare.append(_run([py, "-c", "pass"], {"PATH": "/usr/bin:/bin"})[0])
+        env = {
+            **base_env,
+            "SLURM_JOB_ID": str(1000 + i),
+            "SLURM_JOB_UID": str(uid),
+            "SLURM_JOB_USER": "bench",
+            "SLURM_JOB_GID": str(os.getgid()),
+            "SLURMD_NODENAME": "bench1",
+            "SLURM_CLUSTER_NAME": "bench",
+            "SLURM_JOB_PARTITION": "pool",
+            "SLURM_JOB_EXTRA": "slurmpool:vgpu=1",
+        }
+        total = 0.0
+        for hook in ("prolog", "task-prolog", "epilog"):
+            if args.direct is not None:
+                argv = [py, *args.direct.split(), "-m", "slurmpool.hooks", hook]
+                argv += ["--node-config", str(config)]
+            else:
+                argv = [str(wrappers[hook])]
+            dt, proc = _run(argv, {**env, "SLURM_SCRIPT_CONTEXT": hook})
+            if proc.returncode != 0 or (hook == "task-prolog" and "MIG-" not in proc.stdout):
+                print(f"job {i} {hook} failed ({proc.returncode}):\n{proc.stderr}", file=sys.stderr)
+                return 1
+            per_hook[hook].append(dt)
+            total += dt
+        totals.append(total)
+
+    bare_p50 = statistics.median(bare)
+    result = {
+        "jobs": args.jobs,
+        "how": how,
+        "python": py,
+        "bare_start_ms": {"p50": bare_p50 * 1e3, "p95": pct(bare, 95) * 1e3},
+        "hooks_ms": {
+            h: {"p50": statistics.median(v) * 1e3, "p95": pct(v, 95) * 1e3}
+            for h, v in per_hook.items()
+        },
+        "three_hooks_ms": {"p50": statistics.median(totals) * 1e3, "p95": pct(totals, 95) * 1e3},
+        "ratio_p50": statistics.median(totals) / (3 * bare_p50),
+        "budget": BUDGET,
+    }
+    result["ok"] = result["ratio_p50"] <= BUDGET
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{args.jobs} jobs, {how}, {py}")
+        b = result["bare_start_ms"]
+        print(f"bare start        p50 {b['p50']:7.1f} ms  p95 {b['p95']:7.1f} ms")
+        for h, v in result["hooks_ms"].items():
+            print(f"{h:<17} p50 {v['p50']:7.1f} ms  p95 {v['p95']:7.1f} ms")
+        t = result["three_hooks_ms"]
+        print(f"three hooks       p50 {t['p50']:7.1f} ms  p95 {t['p95']:7.1f} ms")
+        verdict = "OK" if result["ok"] else "OVER BUDGET"
+        print(
+            f"ratio (p50 three hooks / 3 bare starts): {result['ratio_p50']:.2f} "
+            f"(budget {BUDGET}): {verdict}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

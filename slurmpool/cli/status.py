@@ -1,0 +1,70 @@
+"""``slurmpool status``: what this node's GPU pool holds now."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import click
+
+from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
+
+DEFAULT_NODE_CONFIG = "/etc/slurm/node-config.json"
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema 1).")
+@click.option(
+    "--node-config",
+    "node_config",
+    default=DEFAULT_NODE_CONFIG,
+    show_default=True,
+    help="The compiled node config install wrote.",
+)
+@click.option("--node", "node_name", help="Node name (default: $SLURMD_NODENAME or the host name).")
+def status(as_json: bool, node_config: str, node_name: str | None) -> None:
+    """Show this node's GPUs, their mode, MIG instances with jobs and users, free
+    capacity per profile and the requeue count.
+
+    Example: ``slurmpool status --node sbx1 --node-config /etc/slurm/node-config.json --json``
+    """
+    from slurmpool.configgen.nodeconfig import NodeConfigError, load_node_config
+    from slurmpool.gpu import GpuBackendError, open_backend
+    from slurmpool.pooling.node import Broken, Deadline, Node
+    from slurmpool.pooling.status import node_status, render_text
+    from slurmpool.state.store import StateStoreError
+
+    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    try:
+        config = load_node_config(node_config)
+    except NodeConfigError as e:
+        usage_error(str(e))
+    cls = config.node_class(name)
+    if cls is None:
+        usage_error(f"node {name!r} is in no node class of {node_config}; pass --node")
+
+    class _Quiet:
+        def event(
+            self, action: str, fields: object = None, level: str = "info", **more: object
+        ) -> str:
+            return action
+
+    node = Node(
+        name,
+        config,
+        cls,
+        _Quiet(),
+        lambda: open_backend(config.gpu_backend, mig_minors_path=config.path("mig_minors")),
+        Deadline(30),
+    )
+    try:
+        data = node_status(node)
+    except (GpuBackendError, StateStoreError, Broken) as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(EXIT_FAIL) from None
+    finally:
+        node.close()
+    if as_json:
+        echo_json(data)
+    else:
+        click.echo(render_text(data))

@@ -1,0 +1,80 @@
+"""The epilog: give back everything the job held, then reconcile.  Idempotent.
+
+Per allocation: mark it ``releasing`` (owned by this hook), stop stray
+processes, destroy CI then GI (retrying while in use, within a bound),
+restore the capability files (or vfio binding) and mark it ``released``.
+A second run finds nothing live for the job and changes nothing.
+"""
+
+from __future__ import annotations
+
+from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
+from slurmpool.pooling import jobfile, owner
+from slurmpool.pooling.node import Broken, Job, Node
+from slurmpool.pooling.reconcile import reconcile
+from slurmpool.pooling.release import ReleaseError, undo
+from slurmpool.pooling.text import clean
+from slurmpool.state.store import (
+    ACTIVE,
+    RELEASED,
+    RELEASING,
+    Allocation,
+    StateStoreError,
+    store_path,
+)
+
+
+def run_epilog(node: Node, job: Job) -> int:
+    """The epilog; returns its exit status (1 only for a broken node)."""
+    try:
+        return _epilog(node, job)
+    except (Broken, BackendUnavailable, StateStoreError) as e:
+        node.log.event("broken-node", level="error", job=job.job_id, error=clean(str(e), 500))
+        return 1
+    finally:
+        node.close()
+
+
+def _epilog(node: Node, job: Job) -> int:
+    log = node.log
+    removed = jobfile.remove(node.run_dir, job.job_id)
+    if not store_path(node.state_dir, node.name).exists():
+        return 0  # no GPU was ever allocated on this node
+    store = node.store()
+    me = owner.current(node.proc_root)
+    with store.transaction():
+        mine = store.for_job(job.job_id)
+        for a in mine:
+            store.set_state(a.id, RELEASING)
+            store.set_owner(a.id, me.pid, me.start)
+    if not mine:
+        log.event("nothing-to-release", job=job.job_id, export_file_removed=removed)
+    node.fault("after-releasing")
+    stuck: set[int] = set()
+    for a in mine:
+        try:
+            result = undo(node, a)
+        except (ReleaseError, GpuBackendError, OSError) as e:
+            # Left in `releasing` with no owner: a later hook run's reconcile retries.
+            with store.transaction():
+                store.set_owner(a.id, None, None)
+            log.event("release-stuck", level="error", job=job.job_id, alloc=a.id, error=str(e))
+            stuck.add(a.id)
+            continue
+        node.fault("after-destroy")
+        with store.transaction():
+            store.set_owner(a.id, None, None)
+            store.set_state(a.id, RELEASED, note=result.detail)
+        log.event("released", job=job.job_id, alloc=a.id, mode=a.mode, detail=result.detail)
+    # Reconcile when a crashed hook left records half-way (orphan instances are
+    # found by the next prolog, which lists the GPUs anyway).
+    leftovers = [a for a in store.live() if a.state != ACTIVE and a.id not in stuck]
+    if any(not _owned_by_live(node, a) for a in leftovers):
+        with store.transaction():
+            for line in reconcile(node):
+                log.event("reconciled", job=job.job_id, detail=line)
+    return 0
+
+
+def _owned_by_live(node: Node, a: Allocation) -> bool:
+    return owner.alive(a.owner_pid, a.owner_start, node.proc_root)

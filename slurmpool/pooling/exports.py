@@ -1,0 +1,35 @@
+"""The TaskProlog's ``export`` lines for a job's allocations (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slurmpool.pooling.jobfile import export_line
+from slurmpool.pooling.shared import mps_env
+from slurmpool.state.store import Allocation
+
+
+def exports(allocations: Sequence[Allocation]) -> list[str]:
+    """``export NAME=value`` lines: CUDA_VISIBLE_DEVICES (MIG devices first, then whole
+    GPUs, then shared GPUs, as UUIDs), the profile(s) and parent GPU UUID(s), and MPS
+    limits for a share on an MPS-enabled GPU."""
+    order = {"mig": 0, "passthrough": 1, "shared": 2}
+    allocs = sorted(allocations, key=lambda a: (order.get(a.mode, 9), a.id))
+    if not allocs:
+        return []
+    devices = [a.mig_uuid if a.mode == "mig" else a.gpu_uuid for a in allocs]
+    env: dict[str, str] = {
+        "CUDA_VISIBLE_DEVICES": ",".join(d for d in devices if d),
+        "SLURMPOOL_GPU_UUID": ",".join(dict.fromkeys(a.gpu_uuid for a in allocs)),
+        "SLURMPOOL_MODE": ",".join(dict.fromkeys(a.mode for a in allocs)),
+    }
+    profiles = [a.profile for a in allocs if a.mode == "mig" and a.profile]
+    if profiles:
+        env["SLURMPOOL_PROFILE"] = ",".join(profiles)
+    shared = [a for a in allocs if a.mode == "shared"]
+    if shared:
+        total = int(shared[0].details.get("total_shares", shared[0].shares or 1))
+        env["SLURMPOOL_SHARES"] = f"{shared[0].shares}/{total}"
+        if len(shared) == 1 and shared[0].details.get("mps") and shared[0].shares:
+            env.update(mps_env(shared[0].shares, total, int(shared[0].details["memory_mib"])))
+    return [export_line(k, v) for k, v in env.items()]

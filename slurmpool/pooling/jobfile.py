@@ -1,0 +1,100 @@
+"""The per-job export file: written by the prolog, printed by the TaskProlog.
+
+The TaskProlog runs as the job's user and must be cheap, so it neither opens
+the state store nor touches the GPU: the prolog writes the job's ``export``
+lines to ``<run_dir>/jobs/<job id>.env`` (``run_dir`` from the node config,
+default ``/run/slurmpool``), owned by the job's user, mode 0400, and the
+epilog removes it.  The ``jobs`` dir is root's, mode 0711: the user can reach
+their own file, nobody but root can list it.  The state dir stays root-only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+JOBS_DIR = "jobs"
+_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# Values are UUIDs, numbers and limits: nothing a shell or Slurm would interpret.
+_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:=,/+-]*$")
+_JOB_RE = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
+class JobFileError(ValueError):
+    """An export line or job id is not one slurmpool writes."""
+
+
+def jobs_dir(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / JOBS_DIR
+
+
+def job_file(run_dir: str | os.PathLike[str], job_id: str) -> Path:
+    if not _JOB_RE.match(job_id):
+        raise JobFileError(f"job id {job_id!r} is not a Slurm job id")
+    return jobs_dir(run_dir) / f"{job_id}.env"
+
+
+def _ensure_jobs_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """``<run_dir>/jobs``, created if missing (``run_dir`` 0755, ``jobs`` 0711, root's)."""
+    d = jobs_dir(run_dir)
+    if not d.is_dir():
+        os.makedirs(run_dir, mode=0o755, exist_ok=True)
+        d.mkdir(mode=0o711, exist_ok=True)
+    st = d.stat()
+    if st.st_mode & 0o7777 != 0o711:
+        os.chmod(d, 0o711)
+    if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+        os.chown(d, 0, 0)
+    return d
+
+
+def export_line(name: str, value: str) -> str:
+    if not _NAME_RE.match(name) or not _VALUE_RE.match(value):
+        raise JobFileError(f"refusing to export {name}={value!r}: unexpected characters")
+    return f"export {name}={value}"
+
+
+def write(run_dir: str | os.PathLike[str], job_id: str, uid: int, lines: Sequence[str]) -> Path:
+    """Write the job's export lines atomically, readable by ``uid`` only."""
+    path = job_file(run_dir, job_id)
+    _ensure_jobs_dir(run_dir)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
+        os.chown(tmp, uid, -1)
+        os.chmod(tmp, 0o400)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read(run_dir: str | os.PathLike[str], job_id: str) -> str | None:
+    """The file's text, or None when the job has none.
+
+    Raises :class:`JobFileError` when the file cannot be reached (a run dir
+    others cannot traverse): the job would silently run without its GPU.
+    """
+    path = job_file(run_dir, job_id)
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise JobFileError(
+            f"cannot read {path}: {e.strerror} (the run dir must be traversable and its "
+            "jobs dir mode 0711 so the job's user can reach its own file)"
+        ) from None
+
+
+def remove(run_dir: str | os.PathLike[str], job_id: str) -> bool:
+    try:
+        job_file(run_dir, job_id).unlink()
+    except FileNotFoundError:
+        return False
+    return True

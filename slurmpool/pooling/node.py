@@ -1,0 +1,160 @@
+"""One node as the pooling hooks see it: config, state store, GPU backend, log.
+
+The store and the backend open lazily, so a hook that needs neither (a
+CPU-only job) pays for neither.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeConfig, NodeGpu
+from slurmpool.gpu.backend import GpuBackend, InvalidRequestError
+from slurmpool.state.store import NodeStore, open_node_store
+
+if TYPE_CHECKING:
+    from slurmpool.catalogue import Catalogue
+
+FAULTS_DIR = "faults"
+
+
+class EventLog(Protocol):
+    """One structured line per action (:class:`slurmpool.hooks.log.HookLog`)."""
+
+    def event(
+        self,
+        action: str,
+        fields: Mapping[str, object] | None = None,
+        level: str = "info",
+        **more: object,
+    ) -> str: ...
+
+
+class Broken(RuntimeError):
+    """The node cannot serve GPU jobs (NVML unreachable, GPU lost, bad install).
+
+    The hook exits non-zero with this message: Slurm drains the node.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    job_id: str
+    uid: int
+    user: str
+
+
+@dataclass
+class Deadline:
+    """A hook's own time bound, below the wrapper's hard ``timeout``."""
+
+    seconds: float
+    start: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float:
+        return max(0.0, self.seconds - (time.monotonic() - self.start))
+
+    def expired(self) -> bool:
+        return self.left() <= 0
+
+
+@dataclass
+class Node:
+    name: str
+    config: NodeConfig
+    cls: NodeClassConfig
+    log: EventLog
+    open_backend: Callable[[], GpuBackend]
+    deadline: Deadline
+    _store: NodeStore | None = None
+    _backend: GpuBackend | None = None
+    _indices: dict[int, int] = field(default_factory=dict)
+    _catalogue: Catalogue | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.config.path("state_dir"))
+
+    @property
+    def run_dir(self) -> str:
+        return self.config.path("run_dir")
+
+    @property
+    def devices_root(self) -> str:
+        return self.config.path("devices_root")
+
+    @property
+    def proc_root(self) -> str:
+        return self.config.path("proc_root")
+
+    def gpus(self, *modes: str) -> list[NodeGpu]:
+        return [g for g in self.cls.gpus if g.mode in modes]
+
+    def store(self) -> NodeStore:
+        if self._store is None:
+            self._store = open_node_store(self.state_dir, self.name)
+        return self._store
+
+    def backend(self) -> GpuBackend:
+        if self._backend is None:
+            self._backend = self.open_backend()
+        return self._backend
+
+    def catalogue(self) -> Catalogue:
+        """The GPU catalogue, reading only this node's models' files unless more is asked."""
+        if self._catalogue is None:
+            from slurmpool.catalogue import PartialCatalogue
+
+            self._catalogue = PartialCatalogue(g.model for g in self.cls.gpus)
+        return self._catalogue
+
+    def nvml_index(self, gpu: NodeGpu) -> int:
+        """NVML's index of a configured GPU, found by device minor (``/dev/nvidia<minor>``).
+
+        Usually the config index; not while another GPU is bound to vfio-pci,
+        since NVML enumerates only the GPUs its driver holds.  A GPU NVML does
+        not list any more is lost: :class:`Broken`.
+        """
+        known = self._indices.get(gpu.minor)
+        if known is not None:
+            return known
+        if not any(g.vfio for g in self.cls.gpus):
+            return gpu.index  # nothing can take a GPU away from NVML on this node
+        b = self.backend()
+        try:
+            if b.gpu(gpu.index).minor == gpu.minor:
+                self._indices[gpu.minor] = gpu.index
+                return gpu.index
+        except InvalidRequestError:
+            pass
+        for info in b.gpus():
+            if info.minor == gpu.minor:
+                self._indices[gpu.minor] = info.index
+                return info.index
+        raise Broken(
+            f"GPU {gpu.index} (/dev/nvidia{gpu.minor}, {gpu.model}) is not visible to NVML: "
+            "lost or fallen off the bus"
+        )
+
+    def fault(self, point: str) -> None:
+        """Crash-test seam: SIGKILL this hook at ``point`` when ``<state_dir>/faults/<point>``
+        exists (one-shot: the file is removed first).  Only root can create it."""
+        try:
+            (self.state_dir / FAULTS_DIR / point).unlink()
+        except OSError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None

@@ -1,0 +1,39 @@
+"""Stopping stray processes on a GPU or MIG instance (SIGTERM, then SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+
+from slurmpool.pooling.owner import start_time
+
+
+def stop_processes(
+    pids: Sequence[int],
+    grace_s: float,
+    proc_root: str = "/proc",
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[int]:
+    """Signal ``pids`` to stop; return those still alive after SIGKILL and a short wait.
+
+    Never signals PID 1 or the calling process.
+    """
+    targets = [p for p in dict.fromkeys(pids) if p > 1 and p != os.getpid()]
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        targets = [p for p in targets if start_time(p, proc_root) is not None]
+        for pid in targets:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        deadline = time.monotonic() + wait_s
+        while targets and time.monotonic() < deadline:
+            sleep(0.05)
+            targets = [p for p in targets if start_time(p, proc_root) is not None]
+        if not targets:
+            return []
+    return targets

@@ -1,0 +1,402 @@
+"""The prolog: carve, bind or share the job's GPUs, or requeue it when there is no room.
+
+Order (MIG): reconcile; then, in one write transaction, read what every GPU
+holds, choose GPU and placement and record the intent; create GI then CI at
+that placement; hand the capability files to the job's user; record the
+allocation active; write the job's export file for the TaskProlog.
+
+Exit 0 for every expected condition, including no room (requeue) and a
+request this node can never serve (requeue held, with the reason).  Only a
+broken node (NVML unreachable, a GPU lost, a broken install) exits 1, which
+drains the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slurmpool.configgen.nodeconfig import NodeGpu
+from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError, NoRoomError
+from slurmpool.placement import GpuOccupancy, engine_for
+from slurmpool.placement import occupancy as occupancy_mask
+from slurmpool.pooling import caps, jobfile, owner, passthrough, vfio
+from slurmpool.pooling.exports import exports
+from slurmpool.pooling.mig import MigGpu, occupancy, plan_instances
+from slurmpool.pooling.node import Broken, Job, Node
+from slurmpool.pooling.procs import stop_processes
+from slurmpool.pooling.reconcile import reconcile
+from slurmpool.pooling.release import ReleaseError, undo
+from slurmpool.pooling.request import (
+    RequestError,
+    mig_profiles,
+    passthrough_gpus,
+    pooled_mode,
+    read_vgpu,
+    shares_wanted,
+)
+from slurmpool.pooling.shared import SharedGpu, choose
+from slurmpool.pooling.text import clean
+from slurmpool.state.store import ACTIVE, RELEASED, NewAllocation, StateStoreError
+
+if TYPE_CHECKING:
+    # Slurm access is imported only when a call is made (off the common path).
+    from slurmpool.pooling.slurmjob import SlurmJobs
+    from slurmpool.slurm.parse import Gres, JobInfo
+
+SlurmFactory = Callable[[], "SlurmJobs"]
+
+
+class NoRoom(Exception):
+    """Not now: the job goes back to the queue."""
+
+
+class NeverHere(Exception):
+    """Not on this node, ever (a request job_submit.lua should have refused)."""
+
+
+@dataclass
+class _Request:
+    count: int
+    source: str
+    info: JobInfo | None
+
+
+def run_prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -> int:
+    """The prolog; returns its exit status.  ``slurm()`` gives the Slurm access when needed."""
+    try:
+        return _prolog(node, job, env, slurm)
+    except (Broken, BackendUnavailable, StateStoreError, caps.CapsError, vfio.VfioError) as e:
+        node.log.event("broken-node", level="error", job=job.job_id, error=clean(str(e), 500))
+        return 1
+    finally:
+        node.close()
+
+
+def _read_request(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -> _Request:
+    if pooled_mode(node.cls) is None:
+        return _Request(0, "none", None)
+    holder: list[JobInfo] = []
+
+    def tres() -> tuple[Gres, ...]:
+        from slurmpool.slurm.runner import SlurmCommandError
+
+        try:
+            holder.append(slurm().show_job(job.job_id))
+        except SlurmCommandError as e:
+            raise _RequestUnknown(str(e)) from None
+        return holder[0].tres_per_node
+
+    try:
+        req = read_vgpu(env, tres)
+    except _RequestUnknown as e:
+        # Slurm, not the node, is unreachable: do not drain.  The job gets no GPU (its
+        # capability files stay root's), so it fails on its own, and says why.
+        node.log.event("request-unknown", level="error", job=job.job_id, error=clean(str(e), 300))
+        return _Request(0, "unknown", None)
+    return _Request(req.count, req.source, holder[0] if holder else None)
+
+
+class _RequestUnknown(Exception):
+    pass
+
+
+def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -> int:
+    log = node.log
+    try:
+        whole = passthrough_gpus(env.get("SLURM_JOB_GPUS"), node.cls)
+    except RequestError as e:
+        raise Broken(str(e)) from None
+    req = _read_request(node, job, env, slurm)
+    if not whole and req.count == 0:
+        return 0  # a CPU-only job: nothing to do, nothing to log
+    log.event(
+        "request",
+        job=job.job_id,
+        user=job.user,
+        vgpu=req.count,
+        source=req.source,
+        gpus=",".join(str(g.index) for g in whole) or "-",
+    )
+    store = node.store()
+    with store.transaction():
+        for line in reconcile(node):
+            log.event("reconciled", job=job.job_id, detail=line)
+        mine = store.for_job(job.job_id)
+        if mine and all(a.state == ACTIVE for a in mine):
+            # The prolog ran again for an allocated job: hand out the same again.
+            _write_exports(node, job)
+            log.event("already-allocated", job=job.job_id, allocations=len(mine))
+            return 0
+    if mine:
+        _undo_job(node, job, "restarting the job's allocation")
+    try:
+        if whole:
+            _passthrough(node, job, whole)
+        if req.count:
+            mode = pooled_mode(node.cls)
+            if mode == "mig":
+                _mig(node, job, req.count)
+            elif mode == "shared":
+                _shared(node, job, req.count)
+    except (NoRoom, NeverHere, NoRoomError) as e:  # NoRoomError: an unrecorded instance
+        _undo_job(node, job, "requeued")
+        from slurmpool.pooling.requeue import requeue_job
+
+        jobs = slurm()
+        comment = req.info.admin_comment if req.info is not None else _admin_comment(jobs, job)
+        hold = isinstance(e, NeverHere)
+        if not requeue_job(job, str(e), jobs, store, log, comment, hold=hold):
+            raise Broken(f"job {job.job_id} has no room here and could not be requeued") from None
+        return 0
+    except BaseException:
+        _undo_job(node, job, "prolog failed")
+        raise
+    _write_exports(node, job)
+    return 0
+
+
+def _admin_comment(slurm: SlurmJobs, job: Job) -> str | None:
+    from slurmpool.slurm.runner import SlurmCommandError
+
+    try:
+        return slurm.show_job(job.job_id).admin_comment
+    except SlurmCommandError:
+        return None
+
+
+def _write_exports(node: Node, job: Job) -> None:
+    allocs = node.store().for_job(job.job_id)
+    lines = exports(allocs)
+    jobfile.write(node.run_dir, job.job_id, job.uid, lines)
+    node.log.event("exports", job=job.job_id, exports=";".join(lines))
+
+
+def _undo_job(node: Node, job: Job, why: str) -> None:
+    """Undo whatever this prolog run (or an earlier one) allocated for the job."""
+    store = node.store()
+    for a in store.for_job(job.job_id):
+        try:
+            result = undo(node, a)
+        except (ReleaseError, GpuBackendError, OSError) as e:
+            node.log.event("undo-failed", level="error", job=job.job_id, alloc=a.id, error=str(e))
+            continue
+        with store.transaction():
+            store.set_owner(a.id, None, None)
+            store.set_state(a.id, RELEASED, note=f"{why}: {result.detail}")
+        node.log.event("undone", job=job.job_id, alloc=a.id, why=why, detail=result.detail)
+    jobfile.remove(node.run_dir, job.job_id)
+
+
+# -- mig -----------------------------------------------------------------------
+
+
+def _mig(node: Node, job: Job, count: int) -> None:
+    gpus = node.gpus("mig")
+    cat = node.catalogue()
+    if not gpus:
+        raise NeverHere(f"vgpu:{count}: node {node.name} has no MIG-pooled GPUs")
+    backend = node.backend()
+    first = cat.get(gpus[0].model)
+    try:
+        names = mig_profiles(
+            count, node.cls.units_per_gpu, lambda n: node.config.profile_for(first.name, n)
+        )
+    except RequestError as e:
+        raise NeverHere(str(e)) from None
+    sizes = [f"{first.gi_profile(n).slices}g" for n in names]
+    migs: list[MigGpu] = []
+    index_of: dict[int, int] = {}
+    for g in gpus:
+        i = node.nvml_index(g)
+        info = backend.gpu(i)
+        if not info.mig_current:
+            raise Broken(f"GPU {g.index} ({info.uuid}) is pooled as mig but MIG is disabled")
+        migs.append(MigGpu(g.index, cat.get(g.model), info.uuid))
+        index_of[g.index] = i
+    store = node.store()
+    me = owner.current(node.proc_root)
+    with store.transaction():
+        instances = {m.index: backend.instances(index_of[m.index]) for m in migs}
+        occ = occupancy(migs, store.live(), instances)
+        choices = plan_instances(occ, sizes)
+        if choices is None:
+            used = ", ".join(f"GPU {o.index} {_slice_map(o)}" for o in occ)
+            raise NoRoom(
+                f"no GPU of {node.name} has room for {'+'.join(names)} "
+                f"(memory slices in use, x = used: {used})"
+            )
+        planned = []
+        for size, choice in zip(sizes, choices, strict=True):
+            m = next(x for x in migs if x.index == choice.gpu_index)
+            profile = engine_for(m.model).profile(size).name
+            aid = store.add_intent(
+                NewAllocation(
+                    job_id=job.job_id,
+                    user=job.user,
+                    uid=job.uid,
+                    mode="mig",
+                    gpu_index=m.index,
+                    gpu_uuid=m.uuid,
+                    profile=profile,
+                    placement_start=choice.placement.start,
+                    placement_size=choice.placement.size,
+                    owner_pid=me.pid,
+                    owner_start=me.start,
+                )
+            )
+            planned.append((aid, m, profile, choice))
+    node.fault("after-intent")
+    for aid, m, profile, choice in planned:
+        inst = backend.create_instance(index_of[m.index], profile, choice.placement)
+        node.log.event(
+            "created",
+            job=job.job_id,
+            gpu=m.index,
+            profile=profile,
+            placement=str(choice.placement),
+            gi=inst.gi_id,
+            ci=inst.ci_id,
+            uuid=inst.uuid,
+        )
+        node.fault("after-create")
+        if inst.uuid is None or inst.gi_minor is None or inst.ci_minor is None:
+            raise Broken(
+                f"GPU {m.index}: instance gi{inst.gi_id} has no MIG UUID or capability minors "
+                "(is the mig-minors table readable?)"
+            )
+        minors = [inst.gi_minor, inst.ci_minor]
+        caps.grant(node.devices_root, minors, job.uid)
+        node.log.event(
+            "caps-granted", job=job.job_id, uid=job.uid, minors=",".join(map(str, minors))
+        )
+        node.fault("after-grant")
+        with store.transaction():
+            store.mark_active(aid, inst.gi_id, inst.ci_id, inst.uuid, minors)
+            store.set_owner(aid, None, None)
+        node.log.event("active", job=job.job_id, alloc=aid, uuid=inst.uuid)
+
+
+def _slice_map(gpu: GpuOccupancy) -> str:
+    mask = occupancy_mask(gpu.instances)
+    slices = gpu.model.require_mig().memory_slices
+    return "".join("x" if mask >> s & 1 else "." for s in range(slices))
+
+
+# -- shared --------------------------------------------------------------------
+
+
+def _shared(node: Node, job: Job, count: int) -> None:
+    gpus = node.gpus("shared")
+    if not gpus:
+        raise NeverHere(f"vgpu:{count}: node {node.name} has no shared GPUs")
+    backend = node.backend()
+    shared = []
+    for g in gpus:
+        info = backend.gpu(node.nvml_index(g))
+        shared.append(SharedGpu(g.index, info.uuid, g.shares, g.mps, info.memory_total_mib))
+    try:
+        wanted = shares_wanted(count, node.cls.units_per_gpu)
+    except RequestError as e:
+        raise NeverHere(str(e)) from None
+    store = node.store()
+    with store.transaction():
+        picked = choose(shared, store.live(), wanted)
+        if picked is None:
+            raise NoRoom(f"no GPU of {node.name} has {max(wanted)} free share(s)")
+        for gpu, n in picked:
+            aid = store.add_intent(
+                NewAllocation(
+                    job_id=job.job_id,
+                    user=job.user,
+                    uid=job.uid,
+                    mode="shared",
+                    gpu_index=gpu.index,
+                    gpu_uuid=gpu.uuid,
+                    shares=n,
+                    details={
+                        "total_shares": gpu.shares,
+                        "mps": gpu.mps,
+                        "memory_mib": gpu.memory_mib,
+                    },
+                )
+            )
+            store.mark_active(aid)
+            node.log.event("shared", job=job.job_id, gpu=gpu.index, shares=f"{n}/{gpu.shares}")
+
+
+# -- passthrough ---------------------------------------------------------------
+
+
+def _passthrough(node: Node, job: Job, whole: list[NodeGpu]) -> None:
+    backend = node.backend()
+    policy = node.config.pooling
+    store = node.store()
+    me = owner.current(node.proc_root)
+    for g in whole:
+        index = node.nvml_index(g)
+        for _ in range(4):
+            info = backend.gpu(index)
+            pids = [p.pid for p in backend.processes(index)]
+            d = passthrough.decide(info, pids, len(backend.instances(index)), policy)
+            if d.action == passthrough.OK:
+                break
+            node.log.event(
+                "passthrough-check", job=job.job_id, gpu=g.index, step=d.action, reason=d.reason
+            )
+            if d.action == passthrough.BROKEN:
+                raise Broken(d.reason)
+            if d.action == passthrough.REFUSE:
+                raise NoRoom(d.reason)
+            if d.action == passthrough.KILL:
+                left = stop_processes(pids, policy.kill_grace_s, node.proc_root)
+                if left:
+                    raise Broken(f"GPU {g.index}: stray processes {left} survive SIGKILL")
+            if d.action == passthrough.DISABLE_MIG and not backend.set_mig_mode(index, False):
+                raise Broken(f"GPU {g.index}: MIG disabled, but it applies only after a GPU reset")
+        else:
+            raise Broken(f"GPU {g.index}: still not usable after stopping processes")
+        health: dict[str, object] = {"nvml": "ok"}
+        ecc = getattr(backend, "ecc_errors", None)
+        counters = ecc(index) if ecc is not None else None
+        health["ecc"] = counters if counters is not None else "not available"
+        health["xid"] = "not available"  # NVML reports XIDs only as events, not counters
+        details: dict[str, object] = {"health": health}
+        binding = None
+        if g.vfio:
+            sysfs = vfio.Sysfs(node.config.path("sysfs_root"))
+            address = vfio.pci_address(info.pci_bus_id)
+            current = sysfs.link_name(f"bus/pci/devices/{address}/driver")
+            binding = vfio.VfioBinding(address, current, None)
+            details["vfio"] = binding.to_dict()
+        with store.transaction():
+            aid = store.add_intent(
+                NewAllocation(
+                    job_id=job.job_id,
+                    user=job.user,
+                    uid=job.uid,
+                    mode="passthrough",
+                    gpu_index=g.index,
+                    gpu_uuid=info.uuid,
+                    owner_pid=me.pid,
+                    owner_start=me.start,
+                    details=dict(details),
+                )
+            )
+        if binding is not None:
+            bound = vfio.bind(vfio.Sysfs(node.config.path("sysfs_root")), binding.address)
+            bound = vfio.VfioBinding(bound.address, binding.original_driver, bound.group)
+            assert bound.group is not None
+            vfio.hand_group(node.config.path("vfio_dev_dir"), bound.group, job.uid)
+            details["vfio"] = bound.to_dict()
+            node.log.event(
+                "vfio-bound", job=job.job_id, gpu=g.index, address=bound.address, group=bound.group
+            )
+        with store.transaction():
+            store.set_details(aid, dict(details))
+            store.mark_active(aid)
+            store.set_owner(aid, None, None)
+        node.log.event(
+            "passthrough", job=job.job_id, gpu=g.index, uuid=info.uuid, ecc=str(health["ecc"])
+        )

@@ -1,0 +1,109 @@
+"""Undoing one allocation on the hardware (no state-store writes: callers record).
+
+Shared by the epilog (its job's records) and reconcile (records a crashed
+hook left half-way).  Every step is resumable: an instance already gone, a
+capability file already root's, a device already back on its driver are
+all fine.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from slurmpool.configgen.nodeconfig import NodeGpu
+from slurmpool.gpu.backend import InUseError, MigInstance
+from slurmpool.pooling import caps, vfio
+from slurmpool.pooling.mig import instance_of
+from slurmpool.pooling.node import Node
+from slurmpool.pooling.procs import stop_processes
+from slurmpool.state.store import Allocation
+
+
+class ReleaseError(RuntimeError):
+    """An allocation could not be undone within the hook's time bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class Undone:
+    record_id: int
+    detail: str
+
+
+def _gpu_cfg(node: Node, record: Allocation) -> NodeGpu:
+    for g in node.cls.gpus:
+        if g.index == record.gpu_index:
+            return g
+    raise ReleaseError(f"allocation {record.id}: GPU {record.gpu_index} is not in the node config")
+
+
+def destroy(node: Node, nvml_index: int, inst: MigInstance) -> int:
+    """Stop what runs on ``inst``, destroy its CI and GI; retry while in use, within bounds.
+
+    Returns how many stray processes were stopped.
+    """
+    backend = node.backend()
+    policy = node.config.pooling
+    limit = min(policy.destroy_retry_s, max(1.0, node.deadline.left() - 2.0))
+    deadline = time.monotonic() + limit
+    stopped = 0
+    while True:
+        pids = [p.pid for p in backend.processes(nvml_index, inst.gi_id)]
+        if pids:
+            left = stop_processes(pids, policy.kill_grace_s, node.proc_root)
+            stopped += len(pids) - len(left)
+        try:
+            backend.destroy_instance(nvml_index, inst.gi_id)
+            return stopped
+        except InUseError as e:
+            if time.monotonic() >= deadline:
+                raise ReleaseError(
+                    f"GPU instance {inst.gi_id} on GPU {nvml_index} still in use after "
+                    f"{limit:.0f} s: {e}"
+                ) from None
+            time.sleep(0.2)
+
+
+def undo(node: Node, record: Allocation) -> Undone:
+    """Take back what ``record`` handed out; raises ReleaseError if it cannot."""
+    if record.mode == "mig":
+        return _undo_mig(node, record)
+    if record.mode == "passthrough":
+        return _undo_passthrough(node, record)
+    return Undone(record.id, f"{record.shares} share(s) of GPU {record.gpu_index} returned")
+
+
+def _undo_mig(node: Node, record: Allocation) -> Undone:
+    index = node.nvml_index(_gpu_cfg(node, record))
+    inst = instance_of(record, node.backend().instances(index))
+    minors = set(record.cap_minors)
+    if inst is not None:
+        minors.update(m for m in (inst.gi_minor, inst.ci_minor) if m is not None)
+    # Root-only first, so nothing new opens the instance while it goes away.
+    caps.restore(node.devices_root, sorted(minors))
+    if inst is None:
+        return Undone(record.id, "instance already gone")
+    stopped = destroy(node, index, inst)
+    what = f"destroyed {inst.profile} gi{inst.gi_id} at {inst.placement} on GPU {index}"
+    return Undone(record.id, what + (f", stopped {stopped} stray process(es)" if stopped else ""))
+
+
+def _undo_passthrough(node: Node, record: Allocation) -> Undone:
+    gpu = _gpu_cfg(node, record)
+    notes = []
+    binding = record.details.get("vfio")
+    if binding:
+        b = vfio.VfioBinding.from_dict(binding)
+        if b.group is not None:
+            vfio.restore_group(node.config.path("vfio_dev_dir"), b.group)
+        driver = vfio.unbind(vfio.Sysfs(node.config.path("sysfs_root")), b)
+        notes.append(f"{b.address} back on {driver or 'no driver'}")
+    else:
+        index = node.nvml_index(gpu)
+        pids = [p.pid for p in node.backend().processes(index)]
+        if pids:
+            left = stop_processes(pids, node.config.pooling.kill_grace_s, node.proc_root)
+            if left:
+                raise ReleaseError(f"GPU {index}: processes {left} survived SIGKILL")
+            notes.append(f"stopped {len(pids)} stray process(es)")
+    return Undone(record.id, ", ".join(notes) or f"GPU {record.gpu_index} returned")

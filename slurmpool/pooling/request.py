@@ -1,0 +1,149 @@
+"""What a job asked for on this node: pure parsing and resolution.
+
+Slurm counts ``vgpu`` per node and tells neither the prolog nor the job how
+many a job got.  The generated ``job_submit.lua`` stores the normalised count
+in the job's Extra field (``slurmpool:vgpu=N``, Slurm 23.02+), which reaches
+the prolog as ``SLURM_JOB_EXTRA``; otherwise the prolog reads
+``TresPerNode`` from one ``scontrol show job`` call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeGpu
+
+if TYPE_CHECKING:
+    from slurmpool.slurm.parse import Gres
+
+EXTRA_PREFIX = "slurmpool:vgpu="
+_EXTRA_RE = re.compile(r"^slurmpool:vgpu=([0-9]{1,6})$")
+
+SOURCE_EXTRA = "extra"
+SOURCE_SCONTROL = "scontrol"
+
+
+class RequestError(ValueError):
+    """The job's request cannot be served on this node (a message for the log)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VgpuRequest:
+    """``count`` vgpu units per node (0: none), and where the count came from."""
+
+    count: int
+    source: str
+
+
+def vgpu_from_extra(extra: str | None) -> int | None:
+    """The count job_submit.lua stored in Extra, or None when Extra is not exactly ours."""
+    if extra is None:
+        return None
+    m = _EXTRA_RE.match(extra.strip())
+    return int(m.group(1)) if m else None
+
+
+def vgpu_from_tres(tres_per_node: Sequence[Gres]) -> int:
+    """Sum of the ``vgpu`` items of a parsed TresPerNode."""
+    return sum(g.count for g in tres_per_node if g.name == "vgpu")
+
+
+def read_vgpu(env: Mapping[str, str], tres_of_job: Callable[[], Sequence[Gres]]) -> VgpuRequest:
+    """The job's vgpu count: from ``SLURM_JOB_EXTRA`` when it carries ours, else
+    from ``tres_of_job()`` (one ``scontrol show job`` call, made only then)."""
+    from_extra = vgpu_from_extra(env.get("SLURM_JOB_EXTRA"))
+    if from_extra is not None:
+        return VgpuRequest(from_extra, SOURCE_EXTRA)
+    return VgpuRequest(vgpu_from_tres(tres_of_job()), SOURCE_SCONTROL)
+
+
+def pooled_mode(cls: NodeClassConfig) -> str | None:
+    """``mig`` or ``shared`` for a node class with pooled GPUs, else None."""
+    modes = {g.mode for g in cls.pooled_gpus}
+    if not modes:
+        return None
+    if len(modes) > 1:
+        raise RequestError(
+            f"node class {cls.name} pools GPUs in modes {sorted(modes)}; one node pools "
+            "all its GPUs the same way (the policy validator should have refused this)"
+        )
+    return modes.pop()
+
+
+def mig_profiles(
+    count: int, units_per_gpu: int, profile_of: Callable[[int], str | None]
+) -> tuple[str, ...]:
+    """The MIG instances a ``vgpu:count`` request gets, one profile name each.
+
+    Up to one GPU: the smallest profile with at least ``count`` compute slices
+    (``profile_of(count)``, the node config's table).  Above one GPU: a whole
+    multiple of it, as that many whole-GPU instances.
+    """
+    if count < 1:
+        raise RequestError(f"vgpu:{count} asks for nothing")
+    if count <= units_per_gpu:
+        profile = profile_of(count)
+        if profile is None:
+            raise RequestError(f"no MIG profile for vgpu:{count} in the node config")
+        return (profile,)
+    if count % units_per_gpu:
+        raise RequestError(
+            f"vgpu:{count} is more than one GPU ({units_per_gpu} units) and not a whole "
+            f"multiple of it"
+        )
+    whole = profile_of(units_per_gpu)
+    if whole is None:
+        raise RequestError(f"no whole-GPU MIG profile (vgpu:{units_per_gpu}) in the node config")
+    return (whole,) * (count // units_per_gpu)
+
+
+def shares_wanted(count: int, shares_per_gpu: int) -> tuple[int, ...]:
+    """Shares per GPU for a ``vgpu:count`` request on GPUs of ``shares_per_gpu`` shares."""
+    if count < 1:
+        raise RequestError(f"vgpu:{count} asks for nothing")
+    if count <= shares_per_gpu:
+        return (count,)
+    if count % shares_per_gpu:
+        raise RequestError(
+            f"vgpu:{count} is more than one GPU ({shares_per_gpu} shares) and not a whole "
+            "multiple of it"
+        )
+    return (shares_per_gpu,) * (count // shares_per_gpu)
+
+
+def gres_gpu_entries(cls: NodeClassConfig) -> list[NodeGpu | None]:
+    """The node's ``gpu`` GRES entries in gres.conf order: a passthrough GPU is one
+    entry, each instance of a fixed (``mig-static``) layout another (None here)."""
+    out: list[NodeGpu | None] = []
+    for g in sorted(cls.gpus, key=lambda g: g.index):
+        if g.mode == "passthrough":
+            out.append(g)
+        elif g.mode == "mig-static":
+            out.extend([None] * max(1, len(g.layout)))
+    return out
+
+
+def passthrough_gpus(job_gpus: str | None, cls: NodeClassConfig) -> list[NodeGpu]:
+    """The passthrough GPUs behind ``SLURM_JOB_GPUS``.
+
+    Slurm numbers a node's ``gpu`` GRES by position in gres.conf (measured on
+    22.05: the only whole GPU, ``/dev/nvidia2``, arrives as ``0``).
+    """
+    if not job_gpus:
+        return []
+    entries = gres_gpu_entries(cls)
+    out: list[NodeGpu] = []
+    for token in job_gpus.split(","):
+        token = token.strip()
+        if not token.isdigit() or int(token) >= len(entries):
+            raise RequestError(
+                f"SLURM_JOB_GPUS={job_gpus!r}: {token!r} is not one of this node's "
+                f"{len(entries)} gpu GRES entries"
+            )
+        gpu = entries[int(token)]
+        if gpu is not None and gpu not in out:
+            out.append(gpu)
+    return out

@@ -1,0 +1,69 @@
+"""No room now: send the job back to the queue, say why, never drain the node.
+
+Slurm counts vgpu units, not MIG slices, so it can start a job on a node
+whose free slices are fragmented.  The prolog then runs ``scontrol requeue``
+and exits 0: the job returns to PENDING, the node stays idle, and the job
+runs later (measured: SLURM_FACTS.md).  The reason goes to the hook log, the
+node's requeue count and the job's AdminComment, appended after whatever an
+admin (or accounting) put there, so that comment keeps its meaning.
+"""
+
+from __future__ import annotations
+
+from slurmpool.pooling.node import EventLog, Job
+from slurmpool.pooling.slurmjob import SlurmJobs
+from slurmpool.pooling.text import clean
+from slurmpool.slurm.runner import SlurmCommandError
+from slurmpool.state.store import NodeStore
+
+MARKER = "slurmpool:"
+SEPARATOR = " | "
+
+
+def admin_comment(existing: str | None, note: str) -> str:
+    """``existing`` with slurmpool's note replaced or appended, the rest untouched.
+
+    Only a trailing segment that slurmpool wrote (``... | slurmpool: ...`` or a
+    comment that is only ours) is replaced; an admin's text stays as it was.
+    """
+    ours = f"{MARKER} {clean(note)}"
+    if not existing:
+        return ours
+    if existing.startswith(MARKER):
+        return ours
+    head, sep, tail = existing.rpartition(SEPARATOR)
+    if sep and tail.startswith(MARKER):
+        return head + SEPARATOR + ours
+    return existing + SEPARATOR + ours
+
+
+def requeue_job(
+    job: Job,
+    reason: str,
+    slurm: SlurmJobs,
+    store: NodeStore,
+    log: EventLog,
+    existing_comment: str | None = None,
+    hold: bool = False,
+) -> bool:
+    """Requeue ``job`` (held when ``hold``); True if Slurm took the requeue.
+
+    The AdminComment update comes first, while the job still runs; its failure
+    is logged and never stops the requeue.
+    """
+    why = clean(reason)
+    with store.transaction():
+        store.record_requeue(job.job_id, why)
+        count = store.requeue_count(job.job_id)
+    note = f"requeued {count}x on {'hold' if hold else 'no room'}: {why}"
+    try:
+        slurm.set_admin_comment(job.job_id, admin_comment(existing_comment, note))
+    except SlurmCommandError as e:
+        log.event("admin-comment-failed", level="warning", job=job.job_id, error=clean(str(e)))
+    try:
+        slurm.requeue(job.job_id, hold=hold)
+    except SlurmCommandError as e:
+        log.event("requeue-failed", level="error", job=job.job_id, error=clean(str(e)))
+        return False
+    log.event("requeue-hold" if hold else "requeue", job=job.job_id, reason=why, requeues=count)
+    return True

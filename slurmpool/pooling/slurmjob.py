@@ -1,0 +1,57 @@
+"""The Slurm calls the pooling hooks make, through the one runner.
+
+Each call is bounded (``timeout_s``); failures raise
+:class:`slurmpool.slurm.SlurmCommandError` with argv, status and stderr.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from slurmpool.slurm.parse import JobInfo, parse_jobs
+from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner, SlurmCommandError
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+@dataclass
+class SlurmJobs:
+    runner: Runner
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], timeout_s: float = DEFAULT_TIMEOUT_S) -> SlurmJobs:
+        """A runner for hook context: Slurm's PATH and SLURM_CONF from the hook's env only."""
+        child = {k: env[k] for k in ("PATH", "SLURM_CONF") if k in env}
+        # The hook's PATH first (the wrapper sets it), then the usual places.
+        dirs = [d for d in env.get("PATH", "").split(os.pathsep) if os.path.isabs(d)]
+        search = tuple(dict.fromkeys([*dirs, *DEFAULT_SEARCH_PATH]))
+        runner = Runner(
+            env=child, search_path=search, timeout=timeout_s, slurm_conf=env.get("SLURM_CONF")
+        )
+        return cls(runner, timeout_s)
+
+    def show_job(self, job_id: str) -> JobInfo:
+        res = self.runner.run("scontrol", "show", "job", "-d", job_id, timeout=self.timeout_s)
+        jobs = [j for j in parse_jobs(res.stdout) if str(j.job_id) == job_id]
+        if not jobs:
+            raise SlurmCommandError(
+                res.argv,
+                res.returncode,
+                res.stderr,
+                res.stdout,
+                reason=f"no job {job_id} in output",
+            )
+        return jobs[0]
+
+    def requeue(self, job_id: str, hold: bool = False) -> None:
+        verb = "requeuehold" if hold else "requeue"
+        self.runner.run("scontrol", verb, job_id, timeout=self.timeout_s)
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        # One argv element: scontrol takes the whole value, spaces and quotes included.
+        self.runner.run(
+            "scontrol", "update", f"jobid={job_id}", f"AdminComment={text}", timeout=self.timeout_s
+        )

@@ -1,0 +1,510 @@
+"""Per-job GPU pooling on the real Slurm sandbox: real sbatch, the hooks `install` put in
+place, simulated GPUs per node.
+
+Each test waits for the GPUs it uses to be empty first and leaves them empty.  Jobs run
+the simulator's test workload, which behaves like a CUDA program: it picks its device
+from CUDA_VISIBLE_DEVICES and refuses a MIG device whose capability files its user
+cannot read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import slurmpool
+from slurmpool.slurm import parse_jobs, parse_nodes
+
+from .conftest import Cluster
+
+SOURCE = str(Path(slurmpool.__file__).resolve().parents[1])
+# The job's interpreter: the system python3 every user can run, slurmpool from source.
+PY = f"PYTHONPATH={SOURCE} /usr/bin/python3"
+# Requeued jobs wait about cred_expire (10 s) plus scheduling: ~21 s measured.
+REQUEUE_WAIT_S = 90
+
+
+def poll(
+    what: str, check: Callable[[], Any], timeout_s: float = 30, interval_s: float = 0.3
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def sim_state(cluster: Cluster, node: str) -> dict[str, Any]:
+    path = cluster.sandbox.layout.host_dir(node) / "sim" / "state.json"
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def instances(cluster: Cluster, node: str) -> list[dict[str, Any]]:
+    """Every MIG instance the node's simulated driver holds, flattened."""
+    out = []
+    for gpu in sim_state(cluster, node)["gpus"]:
+        for gi in gpu["gis"]:
+            out.append(
+                {
+                    "gpu": gpu["index"],
+                    "gi": gi["id"],
+                    "profile": gi["profile"],
+                    "start": gi["start"],
+                    "uuids": [c["uuid"] for c in gi["cis"]],
+                }
+            )
+    return out
+
+
+def by_uuid(cluster: Cluster, node: str) -> dict[str, dict[str, Any]]:
+    return {u: i for i in instances(cluster, node) for u in i["uuids"]}
+
+
+def workload(seconds: float, extra: str = "") -> str:
+    state = cluster_sim_dir()
+    return (
+        f"{PY} -m slurmpool.sim.workload --seconds {seconds} --mem-mib 100 --state {state} {extra}"
+    )
+
+
+def cluster_sim_dir() -> str:
+    # The policy's ${root}/sim: inside each slurmd's namespace it is that host's simulator.
+    return os.environ["SLURMPOOL_IT_SIM_DIR"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sim_dir(cluster: Cluster) -> Iterator[None]:
+    os.environ["SLURMPOOL_IT_SIM_DIR"] = str(cluster.sandbox.layout.node_root / "sim")
+    yield
+    os.environ.pop("SLURMPOOL_IT_SIM_DIR", None)
+
+
+def job_info(cluster: Cluster, job: int) -> Any:
+    res = cluster.slurm.run("scontrol", "show", "job", "-d", str(job), timeout=15)
+    return parse_jobs(res.stdout)[0]
+
+
+def node_info(cluster: Cluster, node: str) -> Any:
+    res = cluster.slurm.run("scontrol", "show", "node", node, timeout=15)
+    return parse_nodes(res.stdout)[0]
+
+
+def status(cluster: Cluster, node: str) -> dict[str, Any]:
+    etc = Path(cluster.state.slurm_conf).parent
+    res = cluster.on_node(
+        node,
+        [
+            sys.executable,
+            "-m",
+            "slurmpool",
+            "status",
+            "--json",
+            "--node",
+            node,
+            "--node-config",
+            str(etc / "node-config.json"),
+        ],
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    data: dict[str, Any] = json.loads(res.stdout)
+    return data
+
+
+def wait_empty(cluster: Cluster, node: str, timeout_s: float = 60) -> None:
+    poll(f"{node} to hold no MIG instance", lambda: not instances(cluster, node), timeout_s)
+
+
+def cancel(cluster: Cluster, jobs: list[int]) -> None:
+    if jobs:
+        cluster.slurm.run("scancel", *map(str, jobs), check=False, timeout=15)
+
+
+def first_line(path: Path) -> str:
+    try:
+        return path.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def hook_lines(cluster: Cluster, node: str, job: int | str) -> list[str]:
+    return [line for line in cluster.host_hook_log(node).splitlines() if f" job={job} " in line]
+
+
+# -- mig ---------------------------------------------------------------------------
+
+
+def test_vgpu2_gets_a_2g_instance_that_lives_as_long_as_the_job(cluster: Cluster) -> None:
+    node = "sbx1"
+    wait_empty(cluster, node)
+    out = cluster.workdir / "vgpu2.out"
+    job = cluster.submit(
+        "--gres=vgpu:2",
+        "-w",
+        node,
+        "-o",
+        str(out),
+        "--wrap",
+        f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(6)}",
+        user="sp-alice",
+    )
+    line = poll("the job to print its device", lambda: first_line(out), 30)
+    uuid, profile = line.split()
+    assert uuid.startswith("MIG-") and profile == "2g.20gb"
+    during = by_uuid(cluster, node)
+    assert during[uuid]["profile"] == "2g.20gb"
+    # The workload really runs on that instance.
+    poll("the workload to start", lambda: "running: pid" in out.read_text(), 20)
+    assert f"({uuid})" in out.read_text()
+    assert cluster.wait(job) == "COMPLETED"
+    poll("the instance to be destroyed", lambda: uuid not in by_uuid(cluster, node), 30)
+    assert "DRAIN" not in node_info(cluster, node).flags
+
+
+@pytest.fixture
+def oversubscribed(cluster: Cluster) -> Iterator[None]:
+    # Sandbox nodes have 8 CPUs; 15 one-CPU jobs need CPU sharing so that the only
+    # resource the 15th can wait for is vgpu.  GRES are never oversubscribed.
+    cluster.slurm.run("scontrol", "update", "PartitionName=pool", "OverSubscribe=FORCE:16")
+    try:
+        yield
+    finally:
+        cluster.slurm.run("scontrol", "update", "PartitionName=pool", "OverSubscribe=NO")
+
+
+def _fill_with_1g(
+    cluster: Cluster, node: str, n: int, tag: str
+) -> tuple[list[int], dict[int, Path]]:
+    jobs, outs = [], {}
+    for i in range(n):
+        out = cluster.workdir / f"{tag}-{i}.out"
+        out.unlink(missing_ok=True)
+        job = cluster.submit(
+            "--gres=vgpu:1",
+            "-w",
+            node,
+            "-o",
+            str(out),
+            "--wrap",
+            f"echo $CUDA_VISIBLE_DEVICES; {workload(0)}",
+            user="sp-alice" if i % 2 == 0 else "sp-bob",
+        )
+        jobs.append(job)
+        outs[job] = out
+    return jobs, outs
+
+
+def test_fourteen_1g_jobs_run_at_once_and_a_fifteenth_waits(
+    cluster: Cluster, oversubscribed: None
+) -> None:
+    # The node has two MIG A100s: Slurm counts vgpu:14.  "Seven on one A100, an eighth
+    # waits" is shown per GPU: fourteen vgpu:1 jobs all run at once, seven distinct 1g
+    # instances on each GPU, and a fifteenth stays PENDING while CPUs are shared, so the
+    # only thing it waits for is a slice.
+    node = "sbx2"
+    wait_empty(cluster, node)
+    jobs, outs = _fill_with_1g(cluster, node, 14, "fill")
+    extra_out = cluster.workdir / "fifteenth.out"
+    fifteenth = cluster.submit(
+        "--gres=vgpu:1", "-w", node, "-o", str(extra_out), "--wrap", "true", user="sp-bob"
+    )
+    try:
+        poll(
+            "14 jobs to print a device",
+            lambda: all(first_line(p).startswith("MIG-") for p in outs.values()),
+            60,
+        )
+        uuids = {first_line(p) for p in outs.values()}
+        assert len(uuids) == 14
+        held = by_uuid(cluster, node)
+        assert uuids <= set(held)
+        per_gpu = [sum(1 for u in uuids if held[u]["gpu"] == g) for g in (0, 1)]
+        assert per_gpu == [7, 7]
+        assert all(held[u]["profile"] == "1g.10gb" for u in uuids)
+        states = {j: job_info(cluster, j).state for j in jobs}
+        assert set(states.values()) == {"RUNNING"}, states
+        time.sleep(2)
+        pending = job_info(cluster, fifteenth)
+        # (22.05's parser keeps the rest of the Reason line: "Resources Dependency=(null)")
+        assert pending.state == "PENDING" and (pending.reason or "").startswith("Resources")
+        assert pending.restarts == 0  # it was never started and requeued: it waited
+    finally:
+        cancel(cluster, [*jobs, fifteenth])
+    for j in jobs:
+        cluster.wait(j, 60)
+    wait_empty(cluster, node)
+
+
+def test_fragmented_node_requeues_a_4g_then_runs_it_once_there_is_room(
+    cluster: Cluster, oversubscribed: None
+) -> None:
+    node = "sbx2"
+    wait_empty(cluster, node)
+    before = status(cluster, node)["requeue_count"]
+    jobs, outs = _fill_with_1g(cluster, node, 14, "frag")
+    big: int | None = None
+    try:
+        poll(
+            "14 jobs to print a device",
+            lambda: all(first_line(p).startswith("MIG-") for p in outs.values()),
+            60,
+        )
+        held = by_uuid(cluster, node)
+        keep = [j for j in jobs if held[first_line(outs[j])]["start"] in (0, 4)]
+        assert len(keep) == 4  # slots 0 and 4 on both GPUs
+        cancel(cluster, [j for j in jobs if j not in keep])
+        poll("only slots 0 and 4 to stay carved", lambda: len(instances(cluster, node)) == 4, 60)
+        # Slurm sees 10 free vgpu and starts the job; no GPU has 4 contiguous slices.
+        big_out = cluster.workdir / "big.out"
+        big = cluster.submit(
+            "--gres=vgpu:4",
+            "-w",
+            node,
+            "-o",
+            str(big_out),
+            "--wrap",
+            f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(1)}",
+            user="sp-alice",
+        )
+        info = poll(
+            "the 4g job to be requeued",
+            # A requeued job passes through COMPLETING on its way back to PENDING.
+            lambda: (j := job_info(cluster, big)).restarts >= 1 and j.state == "PENDING" and j,
+            60,
+        )
+        assert info.state == "PENDING"
+        assert info.admin_comment is not None and "slurmpool: requeued" in info.admin_comment
+        assert "DRAIN" not in node_info(cluster, node).flags
+        assert any("action=requeue " in line for line in hook_lines(cluster, node, big))
+        assert status(cluster, node)["requeue_count"] > before
+        # Room appears: free slot 0 on one GPU.
+        cancel(cluster, [j for j in keep if held[first_line(outs[j])]["start"] == 0][:1])
+        assert cluster.wait(big, REQUEUE_WAIT_S) == "COMPLETED"
+        uuid, profile = first_line(big_out).split()
+        assert profile == "4g.40gb" and uuid.startswith("MIG-")
+        assert "running: pid" in big_out.read_text()
+        assert "DRAIN" not in node_info(cluster, node).flags
+    finally:
+        cancel(cluster, [*jobs, *([big] if big else [])])
+    for j in jobs:
+        cluster.wait(j, 60)
+    wait_empty(cluster, node)
+
+
+def test_another_user_cannot_use_a_neighbours_mig_instance(cluster: Cluster) -> None:
+    node = "sbx1"
+    wait_empty(cluster, node)
+    alice_out = cluster.workdir / "alice.out"
+    alice = cluster.submit(
+        "--gres=vgpu:1",
+        "-w",
+        node,
+        "-o",
+        str(alice_out),
+        "--wrap",
+        f"echo $CUDA_VISIBLE_DEVICES; {workload(0)}",
+        user="sp-alice",
+    )
+    try:
+        neighbour = poll("alice's device", lambda: first_line(alice_out), 30)
+        assert neighbour.startswith("MIG-")
+        bob_out = cluster.workdir / "bob.out"
+        bob = cluster.submit(
+            "--gres=vgpu:1",
+            "-w",
+            node,
+            "-o",
+            str(bob_out),
+            "--wrap",
+            f"{workload(1)}; echo own=$?; CUDA_VISIBLE_DEVICES={neighbour} {workload(1)}; "
+            "echo neighbour=$?",
+            user="sp-bob",
+        )
+        assert cluster.wait(bob, 60) == "COMPLETED"
+        text = bob_out.read_text()
+        assert "own=0" in text  # bob's own instance works
+        assert "neighbour=3" in text  # EXIT_PERMISSION
+        assert "cannot read" in text and neighbour in text
+    finally:
+        cancel(cluster, [alice])
+    cluster.wait(alice, 60)
+    wait_empty(cluster, node)
+
+
+def _run_hook(cluster: Cluster, node: str, hook: str, env: dict[str, str]) -> Any:
+    wrapper = str(cluster.sandbox.layout.node_root / "hooks" / hook)
+    full = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURMD_NODENAME": node, **env}
+    return cluster.on_node(
+        node, ["/usr/bin/env", "-i", *[f"{k}={v}" for k, v in full.items()], wrapper]
+    )
+
+
+def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluster) -> None:
+    node = "sbx1"
+    wait_empty(cluster, node)
+    alice_out = cluster.workdir / "bystander.out"
+    bystander = cluster.submit(
+        "--gres=vgpu:1",
+        "-w",
+        node,
+        "-o",
+        str(alice_out),
+        "--wrap",
+        f"echo $CUDA_VISIBLE_DEVICES; {workload(0)}",
+        user="sp-alice",
+    )
+    later: int | None = None
+    try:
+        theirs = poll("the bystander's device", lambda: first_line(alice_out), 30)
+        # A prolog as slurmd runs it (env only, request in SLURM_JOB_EXTRA), told by a
+        # root-only fault file to SIGKILL itself right after creating the instance.
+        fault = cluster.sandbox.layout.host_dir(node) / "state" / "faults" / "after-create"
+        fault.parent.mkdir(exist_ok=True)
+        fault.touch()
+        ghost = "990001"
+        env = {
+            "SLURM_JOB_ID": ghost,
+            "SLURM_JOB_UID": str(pwd.getpwnam("sp-alice").pw_uid),
+            "SLURM_JOB_USER": "sp-alice",
+            "SLURM_JOB_EXTRA": "slurmpool:vgpu=2",
+            "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+        }
+        res = _run_hook(cluster, node, "prolog", env)
+        assert res.returncode != 0, res.stdout + res.stderr  # killed
+        leaked = [i for i in instances(cluster, node) if i["profile"] == "2g.20gb"]
+        assert len(leaked) == 1  # created, never recorded active
+        # The next hook run (a real job's prolog) reconciles it away.
+        later_out = cluster.workdir / "later.out"
+        later = cluster.submit(
+            "--gres=vgpu:1",
+            "-w",
+            node,
+            "-o",
+            str(later_out),
+            "--wrap",
+            "echo $CUDA_VISIBLE_DEVICES",
+            user="sp-bob",
+        )
+        assert cluster.wait(later, 60) == "COMPLETED"
+        held = by_uuid(cluster, node)
+        assert not [i for i in held.values() if i["profile"] == "2g.20gb"]
+        assert theirs in held  # the running job's instance was not touched
+        assert any("action=reconcile " in line for line in hook_lines(cluster, node, ghost))
+        # The ghost job's epilog, twice: no error, no change.
+        snapshot = instances(cluster, node)
+        for _ in range(2):
+            res = _run_hook(
+                cluster, node, "epilog", {**env, "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}
+            )
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert instances(cluster, node) == snapshot
+    finally:
+        cancel(cluster, [bystander, *([later] if later else [])])
+    cluster.wait(bystander, 60)
+    wait_empty(cluster, node)
+    # A real job's epilog run again afterwards changes nothing either.
+    res = _run_hook(
+        cluster,
+        node,
+        "epilog",
+        {
+            "SLURM_JOB_ID": str(bystander),
+            "SLURM_JOB_UID": str(pwd.getpwnam("sp-alice").pw_uid),
+            "SLURM_JOB_USER": "sp-alice",
+        },
+    )
+    assert res.returncode == 0
+    assert "action=nothing-to-release" in res.stderr
+    assert "DRAIN" not in node_info(cluster, node).flags
+
+
+# -- whole GPUs ------------------------------------------------------------------------
+
+
+def test_gpu1_gets_the_passthrough_gpu_alone(cluster: Cluster) -> None:
+    node = "sbx1"
+    out = cluster.workdir / "gpu1.out"
+    job = cluster.submit(
+        "--gres=gpu:1",
+        "-w",
+        node,
+        "-o",
+        str(out),
+        "--wrap",
+        f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_MODE; {workload(1)}",
+        user="sp-alice",
+    )
+    assert cluster.wait(job, 60) == "COMPLETED"
+    whole = sim_state(cluster, node)["gpus"][2]["uuid"]
+    assert first_line(out) == f"{whole} passthrough"
+    assert f"on GPU 2 ({whole})" in out.read_text()
+
+
+def test_vgpu14_gets_two_whole_gpu_instances(cluster: Cluster) -> None:
+    node = "sbx1"
+    wait_empty(cluster, node)
+    out = cluster.workdir / "vgpu14.out"
+    job = cluster.submit(
+        "--gres=vgpu:14",
+        "-w",
+        node,
+        "-o",
+        str(out),
+        "--wrap",
+        "echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; sleep 3",
+        user="sp-bob",
+    )
+    line = poll("the job to print its devices", lambda: first_line(out), 30)
+    devices, profiles = line.split()
+    uuids = devices.split(",")
+    assert len(uuids) == 2 and profiles == "7g.80gb,7g.80gb"
+    held = by_uuid(cluster, node)
+    assert sorted(held[u]["gpu"] for u in uuids) == [0, 1]
+    assert all(held[u]["profile"] == "7g.80gb" for u in uuids)
+    assert cluster.wait(job, 60) == "COMPLETED"
+    wait_empty(cluster, node)
+
+
+# -- hostile input -----------------------------------------------------------------------
+
+
+def test_hostile_job_name_and_comment_change_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    node = "sbx1"
+    marker = tmp_path / "pwned"
+    hostile = (
+        f"x'\"; $(touch {marker}) `touch {marker}` ]]--[[ os.execute('touch {marker}') "
+        f"%s\nslurmpool:vgpu=14 | touch {marker} & export CUDA_VISIBLE_DEVICES=0"
+    )
+    out = cluster.workdir / "hostile.out"
+    job = cluster.submit(
+        "--gres=vgpu:1",
+        "-w",
+        node,
+        "-J",
+        hostile,
+        f"--comment={hostile}",
+        "-o",
+        str(out),
+        "--wrap",
+        "echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE",
+        user="sp-bob",
+    )
+    assert cluster.wait(job, 60) == "COMPLETED"
+    assert not marker.exists()
+    uuid, profile = first_line(out).split()
+    assert uuid.startswith("MIG-") and profile == "1g.10gb"  # vgpu:1, not 14
+    for line in hook_lines(cluster, node, job):
+        assert "touch" not in line and "execute" not in line
+    assert "DRAIN" not in node_info(cluster, node).flags
+    wait_empty(cluster, node)

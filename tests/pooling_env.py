@@ -1,0 +1,243 @@
+"""Builders for pooling tests: a simulated node, its node config, a fake ``scontrol``.
+
+Everything is real but Slurm: the simulator is the NVML module, the hooks run through
+their entry point (in this process or as separate processes, as slurmd runs them), and
+``scontrol`` is a small executable that records its arguments and prints a canned
+``show job`` record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurmpool.configgen.nodeconfig import load_node_config
+from slurmpool.gpu import open_backend
+from slurmpool.gpu.nvml import NvmlBackend
+from slurmpool.pooling.node import Deadline, Job, Node
+from slurmpool.sim import create_node
+from slurmpool.state.store import NodeStore, open_node_store
+
+A100 = "A100-SXM4-80GB"
+A100_PROFILES = {
+    "1": "1g.10gb",
+    "2": "2g.20gb",
+    "3": "3g.40gb",
+    "4": "4g.40gb",
+    "5": "7g.80gb",
+    "6": "7g.80gb",
+    "7": "7g.80gb",
+}
+NODE = "node1"
+HOOKS = {
+    "prolog_timeout_s": 30,
+    "task_prolog_timeout_s": 10,
+    "epilog_timeout_s": 60,
+    "epilog_slurmctld_timeout_s": 30,
+}
+
+FAKE_SCONTROL = """#!/bin/sh
+# Records every call; `show job` prints the canned record.
+printf '%s\\n' "$*" >> "{calls}"
+if [ "$1" = show ]; then cat "{record}"; fi
+exit 0
+"""
+
+
+def gpu_entry(index: int, model: str, mode: str, **kw: Any) -> dict[str, Any]:
+    return {
+        "index": index,
+        "minor": index,
+        "model": model,
+        "mode": mode,
+        "shares": kw.get("shares", 1),
+        "mps": kw.get("mps", False),
+        "vfio": kw.get("vfio", False),
+        "layout": [],
+        "slurm_type": model.split("-")[0].lower(),
+    }
+
+
+@dataclass
+class Pool:
+    root: Path
+    config_path: Path
+    sim_dir: Path
+    dev: Path
+    bin_dir: Path
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def calls(self) -> list[str]:
+        path = self.bin_dir / "calls.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def set_job_record(self, job_id: str, tres: str, admin_comment: str = "(null)") -> None:
+        (self.bin_dir / "record.txt").write_text(
+            f"JobId={job_id} JobName=t\n   UserId=alice(1000) GroupId=alice(1000)\n"
+            f"   JobState=RUNNING Reason=None Dependency=(null)\n"
+            f"   Restarts=0 ExitCode=0:0\n   AdminComment={admin_comment}\n"
+            f"   TresPerNode={tres}\n"
+        )
+
+    def env(self, job_id: str, uid: int = 1000, user: str = "alice", **more: str) -> dict[str, str]:
+        return {
+            "PATH": f"{self.bin_dir}:/usr/bin:/bin",
+            "SLURM_JOB_ID": job_id,
+            "SLURM_JOB_UID": str(uid),
+            "SLURM_JOB_USER": user,
+            "SLURMD_NODENAME": NODE,
+            "SLURM_CLUSTER_NAME": "t",
+            **more,
+        }
+
+    def hook(self, hook: str, env: Mapping[str, str]) -> tuple[int, str, str]:
+        """Run a hook as slurmd does: a separate process with only ``env``."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "slurmpool.hooks", hook, "--node-config", str(self.config_path)],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def start_hook(self, hook: str, env: Mapping[str, str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "slurmpool.hooks", hook, "--node-config", str(self.config_path)],
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def backend(self) -> NvmlBackend:
+        return open_backend(f"sim:{self.sim_dir}")
+
+    def store(self) -> NodeStore:
+        return open_node_store(self.state_dir, NODE)
+
+    def node(self, log: Any) -> Node:
+        config = load_node_config(self.config_path)
+        cls = config.node_class(NODE)
+        assert cls is not None
+        return Node(
+            NODE, config, cls, log, lambda: open_backend(f"sim:{self.sim_dir}"), Deadline(30)
+        )
+
+    def fault(self, point: str) -> None:
+        d = self.state_dir / "faults"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / point).touch()
+
+    def instances(self) -> list[tuple[int, str, int, int, str | None]]:
+        """(gpu, profile, start, size, uuid) of every instance, sorted."""
+        with self.backend() as b:
+            return sorted(
+                (g.index, i.profile, i.placement.start, i.placement.size, i.uuid)
+                for g in b.gpus()
+                for i in b.instances(g.index)
+            )
+
+
+class ListLog:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, object]]] = []
+
+    def event(
+        self,
+        action: str,
+        fields: Mapping[str, object] | None = None,
+        level: str = "info",
+        **more: object,
+    ) -> str:
+        self.lines.append((action, {**(fields or {}), **more, "level": level}))
+        return action
+
+    def actions(self) -> list[str]:
+        return [a for a, _ in self.lines]
+
+
+def make_pool(
+    root: Path,
+    gpus: Sequence[tuple[str, str, dict[str, Any]]] = (
+        (A100, "mig", {}),
+        (A100, "mig", {}),
+        (A100, "passthrough", {}),
+    ),
+    vgpu_unit: str | None = "compute-slice",
+    units_per_gpu: int = 7,
+    pooling: dict[str, Any] | None = None,
+    extra_paths: dict[str, str] | None = None,
+) -> Pool:
+    sim_dir, dev = root / "sim", root / "dev"
+    create_node(
+        sim_dir,
+        dev,
+        [(model, mode == "mig") for model, mode, _ in gpus],
+        node_name=NODE,
+    )
+    entries = [gpu_entry(i, m, mode, **kw) for i, (m, mode, kw) in enumerate(gpus)]
+    pooled = [e for e in entries if e["mode"] in ("mig", "shared")]
+    (root / "state").mkdir(mode=0o711)
+    os.chmod(root / "state", 0o711)
+    data: dict[str, Any] = {
+        "schema": 1,
+        "cluster": "t",
+        "gpu_backend": f"sim:{sim_dir}",
+        "accounting": False,
+        "slurm_version": "22.05",
+        "paths": {
+            "state_dir": str(root / "state"),
+            "run_dir": str(root / "run"),
+            "hooks_dir": str(root / "hooks"),
+            "devices_root": str(dev),
+            "mig_minors": str(sim_dir / "proc" / "driver" / "nvidia-caps" / "mig-minors"),
+            "slurm_config_dir": str(root / "etc"),
+            **(extra_paths or {}),
+        },
+        "hooks": HOOKS,
+        "profiles": {A100: A100_PROFILES},
+        "node_classes": [
+            {
+                "name": "c",
+                "hostlist": NODE,
+                "vgpu_unit": vgpu_unit if pooled else None,
+                "units_per_gpu": units_per_gpu,
+                "vgpu_count": units_per_gpu * len(pooled),
+                "gpus": entries,
+            }
+        ],
+    }
+    if pooling is not None:
+        data["pooling"] = pooling
+    config_path = root / "node-config.json"
+    config_path.write_text(json.dumps(data))
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(
+        FAKE_SCONTROL.format(calls=bin_dir / "calls.log", record=bin_dir / "record.txt")
+    )
+    scontrol.chmod(0o755)
+    pool = Pool(root, config_path, sim_dir, dev, bin_dir)
+    pool.set_job_record("0", "(null)")
+    return pool
+
+
+def job(job_id: str = "100", uid: int = 1000, user: str = "alice") -> Job:
+    return Job(job_id, uid, user)

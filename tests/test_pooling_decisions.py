@@ -1,0 +1,337 @@
+"""Pure pooling decisions: request parsing, MIG profiles, shares, MPS limits, passthrough
+checks, AdminComment composition, exports."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from slurmpool.catalogue import Catalogue
+from slurmpool.configgen.nodeconfig import PoolingPolicy, parse_node_config
+from slurmpool.gpu.backend import GpuInfo
+from slurmpool.placement import GpuOccupancy, PlacedInstance, Placement
+from slurmpool.pooling import passthrough
+from slurmpool.pooling.exports import exports
+from slurmpool.pooling.jobfile import JobFileError, export_line, job_file
+from slurmpool.pooling.mig import plan_instances
+from slurmpool.pooling.request import (
+    RequestError,
+    mig_profiles,
+    passthrough_gpus,
+    read_vgpu,
+    shares_wanted,
+    vgpu_from_extra,
+)
+from slurmpool.pooling.requeue import admin_comment, clean
+from slurmpool.pooling.shared import SharedGpu, choose, mps_env
+from slurmpool.slurm.parse import parse_gres
+from slurmpool.state.store import Allocation
+
+A100 = "A100-SXM4-80GB"
+TABLE = {
+    1: "1g.10gb",
+    2: "2g.20gb",
+    3: "3g.40gb",
+    4: "4g.40gb",
+    5: "7g.80gb",
+    6: "7g.80gb",
+    7: "7g.80gb",
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "want"),
+    [
+        ("slurmpool:vgpu=2", 2),
+        (" slurmpool:vgpu=14\n", 14),
+        ("slurmpool:vgpu=2; rm -rf /", None),
+        ("slurmpool:vgpu=$(id)", None),
+        ("slurmpool:vgpu=", None),
+        ("user's own extra", None),
+        ("", None),
+        (None, None),
+    ],
+    ids=["plain", "whitespace", "shell-tail", "subst", "empty-count", "other", "blank", "unset"],
+)
+def test_vgpu_from_extra(extra: str | None, want: int | None) -> None:
+    assert vgpu_from_extra(extra) == want
+
+
+def test_read_vgpu_asks_slurm_only_without_our_extra() -> None:
+    calls: list[int] = []
+
+    def tres() -> list:  # type: ignore[type-arg]
+        calls.append(1)
+        return parse_gres("gres:vgpu:3")
+
+    assert read_vgpu({"SLURM_JOB_EXTRA": "slurmpool:vgpu=2"}, tres).count == 2
+    assert calls == []
+    req = read_vgpu({}, tres)
+    assert (req.count, req.source, calls) == (3, "scontrol", [1])
+    assert read_vgpu({}, lambda: parse_gres("gres:gpu:1")).count == 0
+
+
+@pytest.mark.parametrize(
+    ("count", "want"),
+    [
+        (1, ("1g.10gb",)),
+        (2, ("2g.20gb",)),
+        (4, ("4g.40gb",)),
+        (5, ("7g.80gb",)),
+        (7, ("7g.80gb",)),
+        (14, ("7g.80gb", "7g.80gb")),
+        (21, ("7g.80gb",) * 3),
+    ],
+)
+def test_mig_profiles(count: int, want: tuple[str, ...]) -> None:
+    assert mig_profiles(count, 7, TABLE.get) == want
+
+
+@pytest.mark.parametrize("count", [0, 9, 15])
+def test_mig_profiles_refused(count: int) -> None:
+    with pytest.raises(RequestError):
+        mig_profiles(count, 7, TABLE.get)
+
+
+def test_shares_wanted() -> None:
+    assert shares_wanted(3, 4) == (3,)
+    assert shares_wanted(8, 4) == (4, 4)
+    with pytest.raises(RequestError):
+        shares_wanted(6, 4)
+
+
+def _node_class(gpus: list[tuple[str, int]]):  # type: ignore[no-untyped-def]
+    data = {
+        "schema": 1,
+        "cluster": "t",
+        "gpu_backend": "nvml",
+        "accounting": False,
+        "slurm_version": "22.05",
+        "paths": {},
+        "hooks": {},
+        "profiles": {},
+        "node_classes": [
+            {
+                "name": "c",
+                "hostlist": "n1",
+                "vgpu_unit": None,
+                "units_per_gpu": 7,
+                "vgpu_count": 0,
+                "gpus": [
+                    {
+                        "index": i,
+                        "minor": i,
+                        "model": A100,
+                        "mode": mode,
+                        "shares": 1,
+                        "mps": False,
+                        "vfio": False,
+                        "layout": ["1g.10gb"] * n if mode == "mig-static" else [],
+                        "slurm_type": "a100",
+                    }
+                    for i, (mode, n) in enumerate(gpus)
+                ],
+            }
+        ],
+    }
+    cls = parse_node_config(data).node_class("n1")
+    assert cls is not None
+    return cls
+
+
+def test_slurm_job_gpus_index_the_gpu_gres_entries() -> None:
+    # Measured on 22.05: the sandbox's only whole GPU (/dev/nvidia2) arrives as "0".
+    cls = _node_class([("mig", 0), ("mig", 0), ("passthrough", 0)])
+    assert [g.index for g in passthrough_gpus("0", cls)] == [2]
+    cls = _node_class([("passthrough", 0), ("mig-static", 2), ("passthrough", 0)])
+    assert [g.index for g in passthrough_gpus("0,3", cls)] == [0, 2]
+    assert passthrough_gpus("1", cls) == []  # an instance of the fixed layout
+    with pytest.raises(RequestError, match="not one of"):
+        passthrough_gpus("7", cls)
+    with pytest.raises(RequestError):
+        passthrough_gpus("0;id", cls)
+
+
+def test_plan_whole_gpus_takes_distinct_gpus(catalogue: Catalogue) -> None:
+    m = catalogue.get(A100)
+    gpus = [GpuOccupancy(0, m), GpuOccupancy(1, m)]
+    chosen = plan_instances(gpus, ["7g", "7g"])
+    assert chosen is not None and sorted(c.gpu_index for c in chosen) == [0, 1]
+    one = [GpuOccupancy(0, m, (PlacedInstance("1g.10gb", Placement(6, 1)),)), GpuOccupancy(1, m)]
+    assert plan_instances(one, ["7g", "7g"]) is None
+
+
+def test_plan_fragmented_4g_has_no_room(catalogue: Catalogue) -> None:
+    m = catalogue.get(A100)
+    held = (PlacedInstance("1g.10gb", Placement(0, 1)), PlacedInstance("1g.10gb", Placement(4, 1)))
+    gpus = [GpuOccupancy(0, m, held), GpuOccupancy(1, m, held)]
+    assert plan_instances(gpus, ["4g"]) is None
+    assert plan_instances(gpus, ["2g"]) is not None
+
+
+def _alloc(**kw: object) -> Allocation:
+    base = dict(
+        id=1,
+        job_id="1",
+        user="u",
+        uid=1000,
+        mode="shared",
+        gpu_index=0,
+        gpu_uuid="GPU-a",
+        profile=None,
+        placement_start=None,
+        placement_size=None,
+        shares=1,
+        gi_id=None,
+        ci_id=None,
+        mig_uuid=None,
+        cap_minors=(),
+        state="active",
+        created_at=0.0,
+        updated_at=0.0,
+        released_at=None,
+        note="",
+    )
+    base.update(kw)
+    return Allocation(**base)  # type: ignore[arg-type]
+
+
+def test_shared_picks_the_gpu_with_most_free_shares() -> None:
+    gpus = [SharedGpu(i, f"GPU-{i}", 4, True, 48000) for i in range(3)]
+    used = [_alloc(gpu_index=0, shares=1), _alloc(gpu_index=1, shares=3)]
+    (pick,) = choose(gpus, used, (2,)) or []
+    assert (pick[0].index, pick[1]) == (2, 2)
+    used.append(_alloc(gpu_index=2, shares=2))
+    (pick,) = choose(gpus, used, (3,)) or []
+    assert pick[0].index == 0  # 3 free on GPU 0, 1 on GPU 1, 2 on GPU 2
+    assert choose(gpus, used, (4,)) is None
+    assert choose(gpus, [], (4, 4)) is not None
+    two = choose(gpus, [], (4, 4)) or []
+    assert len({g.index for g, _ in two}) == 2
+
+
+def test_mps_env_is_proportional() -> None:
+    assert mps_env(1, 4, 48000) == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=12000M",
+    }
+    assert mps_env(3, 3, 24000)["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+    with pytest.raises(ValueError):
+        mps_env(5, 4, 1000)
+
+
+def test_exports_per_mode() -> None:
+    mig = _alloc(mode="mig", profile="2g.20gb", mig_uuid="MIG-x", shares=None)
+    assert exports([mig]) == [
+        "export CUDA_VISIBLE_DEVICES=MIG-x",
+        "export SLURMPOOL_GPU_UUID=GPU-a",
+        "export SLURMPOOL_MODE=mig",
+        "export SLURMPOOL_PROFILE=2g.20gb",
+    ]
+    share = _alloc(shares=1, details={"total_shares": 4, "mps": True, "memory_mib": 48000})
+    lines = exports([share])
+    assert "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in lines
+    assert "export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=12000M" in lines
+    no_mps = dataclasses.replace(share, details={"total_shares": 4, "mps": False, "memory_mib": 1})
+    assert not any("MPS" in line for line in exports([no_mps]))
+    assert exports([]) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CUDA_VISIBLE_DEVICES", "MIG-a; rm -rf /"),
+        ("X", "$(id)"),
+        ("X", "a\nexport Y=1"),
+        ("a b", "1"),
+    ],
+)
+def test_export_lines_refuse_hostile_values(name: str, value: str) -> None:
+    with pytest.raises(JobFileError):
+        export_line(name, value)
+
+
+def test_job_file_refuses_odd_job_ids(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(JobFileError):
+        job_file(tmp_path, "../etc/passwd")
+    assert job_file(tmp_path, "12_3").name == "12_3.env"
+
+
+@pytest.mark.parametrize(
+    ("existing", "want"),
+    [
+        (None, "slurmpool: requeued 1x"),
+        ("", "slurmpool: requeued 1x"),
+        ("budget=cs101", "budget=cs101 | slurmpool: requeued 1x"),
+        ("budget=cs101 | slurmpool: old note", "budget=cs101 | slurmpool: requeued 1x"),
+        ("slurmpool: old", "slurmpool: requeued 1x"),
+        ("a | b", "a | b | slurmpool: requeued 1x"),
+    ],
+)
+def test_admin_comment_keeps_the_admins_text(existing: str | None, want: str) -> None:
+    assert admin_comment(existing, "requeued 1x") == want
+
+
+def test_clean_flattens_hostile_text() -> None:
+    assert clean("a\nb\tc\x00d") == "a b c d"
+    assert len(clean("x" * 1000)) == 200
+
+
+def _info(**kw: object) -> GpuInfo:
+    base = dict(
+        index=2,
+        uuid="GPU-2",
+        name="A100",
+        model=A100,
+        memory_total_mib=80000,
+        memory_used_mib=0,
+        mig_capable=True,
+        mig_current=False,
+        mig_pending=False,
+        minor=2,
+        pci_bus_id="00000000:47:00.0",
+        pci_device_id=0,
+        numa_node=0,
+        cpu_affinity=None,
+    )
+    base.update(kw)
+    return GpuInfo(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("info", "pids", "policy", "action"),
+    [
+        ({}, [], {}, passthrough.OK),
+        ({}, [42], {}, passthrough.KILL),
+        ({}, [42], {"stray_processes": "refuse"}, passthrough.REFUSE),
+        ({"mig_current": True, "mig_pending": True}, [], {}, passthrough.BROKEN),
+        (
+            {"mig_current": True, "mig_pending": True},
+            [],
+            {"allow_disable_mig": True},
+            passthrough.DISABLE_MIG,
+        ),
+        (
+            {"mig_current": True, "mig_pending": True},
+            [7],
+            {"allow_disable_mig": True},
+            passthrough.REFUSE,
+        ),
+        ({"mig_current": True}, [], {"allow_disable_mig": True}, passthrough.BROKEN),
+        ({"mig_pending": True}, [], {}, passthrough.OK),
+    ],
+    ids=[
+        "idle",
+        "stray-kill",
+        "stray-refuse",
+        "mig-on",
+        "mig-disable",
+        "mig-busy",
+        "reset-pending",
+        "enable-pending",
+    ],
+)
+def test_passthrough_decisions(info: dict, pids: list, policy: dict, action: str) -> None:  # type: ignore[type-arg]
+    d = passthrough.decide(_info(**info), pids, 0, PoolingPolicy(**policy))
+    assert d.action == action

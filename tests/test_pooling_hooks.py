@@ -1,0 +1,387 @@
+"""The pooling hooks against the simulator, run as slurmd runs them (separate processes,
+only the environment Slurm gives): allocation, exports, release, idempotence, crashes at
+each step, concurrency, requeue, shared shares, passthrough checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pooling_env import A100, NODE, ListLog, Pool, make_pool
+
+from slurmpool.pooling import caps
+from slurmpool.pooling.reconcile import reconcile
+from slurmpool.sim import attach_process
+from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="hooks chown device files: needs root")
+
+EXTRA2 = {"SLURM_JOB_EXTRA": "slurmpool:vgpu=2"}
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Pool:
+    return make_pool(tmp_path)
+
+
+def exports_of(stdout: str) -> dict[str, str]:
+    out = {}
+    for line in stdout.splitlines():
+        assert line.startswith("export ")
+        name, _, value = line[len("export ") :].partition("=")
+        out[name] = value
+    return out
+
+
+def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) -> None:
+    env = pool.env("100", **EXTRA2)
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    [(_gpu, profile, start, size, uuid)] = pool.instances()
+    assert profile == "2g.20gb" and uuid and uuid.startswith("MIG-")
+    with pool.store() as store:
+        [a] = store.for_job("100")
+    assert (a.state, a.mig_uuid, a.uid, a.profile) == (ACTIVE, uuid, 1000, "2g.20gb")
+    assert (a.placement_start, a.placement_size) == (start, size)
+    for minor in a.cap_minors:
+        assert caps.owner(pool.dev, minor) == (1000, 0o400)
+    assert pool.calls == []  # the request came from SLURM_JOB_EXTRA
+    rc, out, err = pool.hook("task-prolog", env)
+    assert rc == 0, err
+    got = exports_of(out)
+    assert got["CUDA_VISIBLE_DEVICES"] == uuid
+    assert got["SLURMPOOL_PROFILE"] == "2g.20gb"
+    assert got["SLURMPOOL_GPU_UUID"].startswith("GPU-")
+    for _ in range(2):  # the epilog twice: no error, no change the second time
+        rc, _, err = pool.hook("epilog", env)
+        assert rc == 0, err
+        assert pool.instances() == []
+    assert "action=nothing-to-release" in err
+    for minor in a.cap_minors:
+        assert caps.owner(pool.dev, minor) == (0, 0o400)
+    with pool.store() as store:
+        assert store.get(a.id).state == RELEASED
+    rc, out, _ = pool.hook("task-prolog", env)
+    assert (rc, out) == (0, "")
+
+
+def test_request_from_scontrol_when_extra_is_not_ours(pool: Pool) -> None:
+    pool.set_job_record("101", "gres:vgpu:3")
+    env = pool.env("101", SLURM_JOB_EXTRA="somebody's own $(extra)")
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    assert [i[1] for i in pool.instances()] == ["3g.40gb"]
+    assert pool.calls == ["show job -d 101"]
+
+
+def test_prolog_twice_hands_out_the_same_instance(pool: Pool) -> None:
+    env = pool.env("102", **EXTRA2)
+    assert pool.hook("prolog", env)[0] == 0
+    first = pool.instances()
+    assert pool.hook("prolog", env)[0] == 0
+    assert pool.instances() == first
+
+
+def test_cpu_job_touches_nothing(pool: Pool) -> None:
+    pool.set_job_record("103", "(null)")
+    rc, _, err = pool.hook("prolog", pool.env("103"))
+    assert rc == 0 and "action=request" not in err
+    assert pool.instances() == []
+
+
+def test_vgpu14_gets_two_whole_gpu_instances(pool: Pool) -> None:
+    env = pool.env("104", SLURM_JOB_EXTRA="slurmpool:vgpu=14")
+    assert pool.hook("prolog", env)[0] == 0
+    assert [(i[0], i[1]) for i in pool.instances()] == [(0, "7g.80gb"), (1, "7g.80gb")]
+    _, out, _ = pool.hook("task-prolog", env)
+    assert len(exports_of(out)["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+
+
+def test_no_room_requeues_and_exits_zero(pool: Pool) -> None:
+    # Fill both GPUs with 7g instances, then ask for a 1g: Slurm would have refused by
+    # count here, but a fragmented node looks the same to the prolog.
+    assert pool.hook("prolog", pool.env("200", SLURM_JOB_EXTRA="slurmpool:vgpu=14"))[0] == 0
+    pool.set_job_record("201", "gres:vgpu:1", admin_comment="budget=cs101")
+    rc, _, err = pool.hook("prolog", pool.env("201", SLURM_JOB_EXTRA="slurmpool:vgpu=1"))
+    assert rc == 0, err
+    assert "action=requeue " in err
+    update = next(c for c in pool.calls if c.startswith("update"))
+    assert update.startswith("update jobid=201 AdminComment=budget=cs101 | slurmpool: requeued 1x")
+    assert "requeue 201" in pool.calls
+    with pool.store() as store:
+        assert store.requeue_count() == 1
+        assert store.for_job("201") == []
+    assert len(pool.instances()) == 2  # nothing of the requeued job is left
+
+
+def test_unservable_request_is_held_not_drained(pool: Pool) -> None:
+    rc, _, err = pool.hook("prolog", pool.env("202", SLURM_JOB_EXTRA="slurmpool:vgpu=9"))
+    assert rc == 0, err
+    assert "requeuehold 202" in pool.calls
+
+
+@pytest.mark.parametrize("point", ["after-intent", "after-create", "after-grant"])
+def test_prolog_killed_at_each_step_is_reconciled(pool: Pool, point: str) -> None:
+    # A running neighbour that must survive the cleanup untouched.
+    assert pool.hook("prolog", pool.env("300", SLURM_JOB_EXTRA="slurmpool:vgpu=1"))[0] == 0
+    neighbour = pool.instances()
+    pool.fault(point)
+    rc, _, _ = pool.hook("prolog", pool.env("301", **EXTRA2))
+    assert rc == -9  # SIGKILL
+    with pool.store() as store:
+        [left] = store.for_job("301")
+        assert left.state == INTENT
+    # The next hook run on the node (another job's prolog) reconciles.
+    assert pool.hook("prolog", pool.env("302", SLURM_JOB_EXTRA="slurmpool:vgpu=1"))[0] == 0
+    with pool.store() as store:
+        assert store.get(left.id).state == RELEASED
+        live = {a.job_id for a in store.live()}
+    assert live == {"300", "302"}
+    profiles = sorted(i[1] for i in pool.instances())
+    assert profiles == ["1g.10gb", "1g.10gb"]  # the 2g is gone
+    assert neighbour[0] in pool.instances()
+    for minor in range(3, 3 + 9 * 15 * 2):  # every GI/CI file of GPUs 0-1 not in use
+        path = caps.cap_path(pool.dev, minor)
+        if path.exists() and caps.owner(pool.dev, minor)[0] not in (0, 1000):
+            pytest.fail(f"{path} left with another owner")
+    # The crashed job's epilog later: no error.
+    assert pool.hook("epilog", pool.env("301"))[0] == 0
+
+
+@pytest.mark.parametrize("point", ["after-releasing", "after-destroy"])
+def test_epilog_killed_half_way_is_finished_by_the_next_run(pool: Pool, point: str) -> None:
+    env = pool.env("400", **EXTRA2)
+    assert pool.hook("prolog", env)[0] == 0
+    pool.fault(point)
+    assert pool.hook("epilog", env)[0] == -9
+    with pool.store() as store:
+        [a] = store.for_job("400")
+        assert a.state == RELEASING
+    assert pool.hook("epilog", env)[0] == 0
+    assert pool.instances() == []
+    with pool.store() as store:
+        assert store.get(a.id).state == RELEASED
+    for minor in a.cap_minors:
+        assert caps.owner(pool.dev, minor) == (0, 0o400)
+
+
+def test_orphan_instance_is_destroyed_only_when_idle(pool: Pool) -> None:
+    from slurmpool.placement import Placement
+
+    with pool.backend() as b:
+        orphan = b.create_instance(0, "1g.10gb", Placement(0, 1))
+        busy = b.create_instance(1, "1g.10gb", Placement(0, 1))
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        attach_process(pool.sim_dir, 1, busy.gi_id, busy.ci_id, pid=worker.pid, used_mib=10, util=1)
+        log = ListLog()
+        node = pool.node(log)
+        with node.store().transaction():
+            reconcile(node)
+        node.close()
+        left = [(i[0], i[2]) for i in pool.instances()]
+        assert left == [(1, 0)]  # the idle orphan went, the busy one stays
+        assert "orphan-destroyed" in log.actions() and "orphan-busy" in log.actions()
+        assert orphan.uuid not in {i[4] for i in pool.instances()}
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_stray_process_on_an_instance_is_stopped_by_the_epilog(pool: Pool) -> None:
+    env = pool.env("500", SLURM_JOB_EXTRA="slurmpool:vgpu=1")
+    assert pool.hook("prolog", env)[0] == 0
+    with pool.store() as store:
+        [a] = store.for_job("500")
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        attach_process(
+            pool.sim_dir, a.gpu_index, a.gi_id, a.ci_id, pid=stray.pid, used_mib=10, util=5
+        )
+        rc, _, err = pool.hook("epilog", env)
+        assert rc == 0, err
+        assert stray.wait(10) is not None
+        assert pool.instances() == []
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+
+
+def test_concurrent_prologs_never_share_slices(pool: Pool) -> None:
+    procs = [
+        pool.start_hook("prolog", pool.env(str(600 + i), SLURM_JOB_EXTRA="slurmpool:vgpu=1"))
+        for i in range(14)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    insts = pool.instances()
+    assert len(insts) == 14
+    assert len({(g, s) for g, _, s, _, _ in insts}) == 14
+    with pool.store() as store:
+        assert {a.job_id for a in store.live()} == {str(600 + i) for i in range(14)}
+        assert all(a.state == ACTIVE for a in store.live())
+
+
+def test_hostile_environment_values_change_nothing(pool: Pool, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    env = pool.env(
+        "700",
+        user=f"a'b\"; $(touch {marker})\nx",
+        SLURM_JOB_EXTRA=f"slurmpool:vgpu=1`touch {marker}`",
+        SLURM_JOB_PARTITION=f"p$(touch {marker})",
+    )
+    pool.set_job_record("700", "gres:vgpu:1")
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    assert not marker.exists()
+    assert [i[1] for i in pool.instances()] == ["1g.10gb"]
+    for line in err.splitlines():
+        assert "\n" not in line and not line.startswith("x")
+    rc, _, _ = pool.hook("prolog", pool.env("1; touch x", SLURM_JOB_EXTRA="slurmpool:vgpu=1"))
+    assert rc != 0  # not a job id slurmd would give: refused, nothing carved
+    assert len(pool.instances()) == 1
+
+
+def test_slurm_unreachable_is_not_a_broken_node(pool: Pool) -> None:
+    (pool.bin_dir / "scontrol").write_text("#!/bin/sh\necho 'slurmctld down' >&2\nexit 1\n")
+    rc, _, err = pool.hook("prolog", pool.env("801"))
+    assert rc == 0 and "action=request-unknown level=error" in err
+    assert pool.instances() == []
+
+
+def test_nvml_unreachable_is_a_broken_node(pool: Pool) -> None:
+    (pool.sim_dir / "state.json").rename(pool.sim_dir / "state.json.gone")
+    rc, _, err = pool.hook("prolog", pool.env("800", **EXTRA2))
+    assert rc == 1
+    assert "action=broken-node level=error" in err
+
+
+# -- shared ------------------------------------------------------------------------
+
+
+def test_shared_shares_and_mps_limits(tmp_path: Path) -> None:
+    model = "L40S-48GB"
+    pool = make_pool(
+        tmp_path,
+        gpus=[
+            (model, "shared", {"shares": 4, "mps": True}),
+            (model, "shared", {"shares": 4, "mps": True}),
+        ],
+        vgpu_unit="share",
+        units_per_gpu=4,
+    )
+    envs = [
+        pool.env(str(900 + i), SLURM_JOB_EXTRA=f"slurmpool:vgpu={n}")
+        for i, n in enumerate([3, 2, 1])
+    ]
+    for env in envs:
+        assert pool.hook("prolog", env)[0] == 0
+    with pool.store() as store:
+        placed = {a.job_id: (a.gpu_index, a.shares) for a in store.live()}
+    # 3 -> GPU 0 (both free), 2 -> GPU 1 (4 free beats 1), 1 -> GPU 1 (2 free beats 1).
+    assert placed == {"900": (0, 3), "901": (1, 2), "902": (1, 1)}
+    _, out, _ = pool.hook("task-prolog", envs[0])
+    got = exports_of(out)
+    assert got["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
+    assert got["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "75"
+    assert got["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith("0=")
+    rc, _, err = pool.hook("prolog", pool.env("903", SLURM_JOB_EXTRA="slurmpool:vgpu=2"))
+    assert rc == 0 and "action=requeue " in err  # 1 + 1 free shares, not 2 on one GPU
+    for env in envs:
+        assert pool.hook("epilog", env)[0] == 0
+    with pool.store() as store:
+        assert store.live() == []
+
+
+# -- passthrough ------------------------------------------------------------------------
+
+
+def test_passthrough_gpu_with_a_stray_process(pool: Pool) -> None:
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        attach_process(pool.sim_dir, 2, pid=stray.pid, used_mib=10, util=5)
+        env = pool.env("1000", SLURM_JOB_GPUS="0", CUDA_VISIBLE_DEVICES="0")
+        pool.set_job_record("1000", "gres:gpu:1")
+        rc, _, err = pool.hook("prolog", env)
+        assert rc == 0, err
+        assert stray.wait(10) is not None  # killed (the default policy)
+        _, out, _ = pool.hook("task-prolog", env)
+        with pool.backend() as b:
+            assert exports_of(out)["CUDA_VISIBLE_DEVICES"] == b.gpu(2).uuid
+        with pool.store() as store:
+            [a] = store.for_job("1000")
+        assert a.mode == "passthrough" and a.details["health"]["nvml"] == "ok"
+        assert pool.hook("epilog", env)[0] == 0
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+
+
+def test_passthrough_refuse_policy_requeues(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path, pooling={"stray_processes": "refuse"})
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        attach_process(pool.sim_dir, 2, pid=stray.pid, used_mib=10, util=5)
+        pool.set_job_record("1001", "gres:gpu:1")
+        rc, _, err = pool.hook("prolog", pool.env("1001", SLURM_JOB_GPUS="0"))
+        assert rc == 0, err
+        assert "requeue 1001" in pool.calls
+        assert stray.poll() is None
+    finally:
+        stray.kill()
+        stray.wait()
+
+
+def test_passthrough_gpu_with_mig_on_is_a_broken_node(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path, gpus=[(A100, "passthrough", {})])
+    with pool.backend() as b:
+        b.set_mig_mode(0, True)
+    from slurmpool.sim import reset_gpu
+
+    reset_gpu(pool.sim_dir, 0)
+    pool.set_job_record("1002", "gres:gpu:1")
+    rc, _, err = pool.hook("prolog", pool.env("1002", SLURM_JOB_GPUS="0"))
+    assert rc == 1 and "MIG enabled" in err
+
+
+def test_status_shows_instances_free_capacity_and_requeues(pool: Pool) -> None:
+    from slurmpool.pooling.status import node_status, render_text
+
+    assert pool.hook("prolog", pool.env("1100", **EXTRA2))[0] == 0
+    with pool.store() as store, store.transaction():
+        store.record_requeue("1101", "no room")
+    node = pool.node(ListLog())
+    data = node_status(node)
+    node.close()
+    assert data["requeue_count"] == 1
+    gpu0 = data["gpus"][0]
+    [inst] = gpu0["instances"]
+    assert (inst["job"], inst["user"], inst["profile"]) == ("1100", "alice", "2g.20gb")
+    assert data["free"]["7g.80gb"] == 1
+    assert data["gpus"][2]["mode"] == "passthrough"
+    assert "job 1100 (alice)" in render_text(data)
+    assert NODE in render_text(data)
+
+
+def test_task_prolog_stays_off_the_gpu_and_the_store() -> None:
+    code = (
+        "import sys, slurmpool.hooks.__main__ as m; "
+        "bad = [n for n in sys.modules if n.startswith(('pynvml', 'sqlite3', 'click', "
+        "'jinja2', 'yaml', 'slurmpool.gpu', 'slurmpool.sim', 'slurmpool.state'))]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_hook_time_bound_is_below_the_wrapper_timeout(pool: Pool) -> None:
+    node = pool.node(ListLog())
+    assert node.deadline.left() <= 30
+    start = time.monotonic()
+    assert pool.hook("epilog", pool.env("1200"))[0] == 0
+    assert time.monotonic() - start < 10

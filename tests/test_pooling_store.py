@@ -1,0 +1,62 @@
+"""The state store's pooling migration (core schema 1 -> 2) on a database written by the
+previous version."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from slurmpool.state import store as store_module
+from slurmpool.state.store import NewAllocation, NodeStore, open_node_store, store_path
+
+
+def _v1_database(path: Path) -> None:
+    """A database as slurmpool with core schema 1 left it, with one allocation."""
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+    )
+    for statement in store_module._split_sql(store_module._MIGRATIONS["core"][0]):
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_versions VALUES ('core', 1)")
+    conn.execute(
+        "INSERT INTO allocations (job_id, user, uid, mode, gpu_index, gpu_uuid, profile, "
+        "placement_start, placement_size, state, created_at, updated_at) "
+        "VALUES ('7', 'alice', 1000, 'mig', 0, 'GPU-0', '1g.10gb', 6, 1, 'active', 1, 1)"
+    )
+    conn.commit()
+    conn.close()
+
+
+def test_migrates_from_core_schema_1(tmp_path: Path) -> None:
+    path = tmp_path / "n.sqlite"
+    _v1_database(path)
+    with NodeStore(path) as store:
+        assert store.schema_version() == 2
+        [old] = store.live()
+        assert (old.job_id, old.owner_pid, old.details) == ("7", None, {})
+        with store.transaction():
+            aid = store.add_intent(
+                NewAllocation(
+                    job_id="8",
+                    user="bob",
+                    uid=1001,
+                    mode="passthrough",
+                    gpu_index=2,
+                    gpu_uuid="GPU-2",
+                    owner_pid=42,
+                    owner_start=99,
+                    details={"vfio": {"group": "37"}},
+                )
+            )
+            store.set_details(aid, {"health": {"nvml": "ok"}})
+            store.set_owner(aid, None, None)
+        new = store.get(aid)
+        assert (new.owner_pid, new.details) == (None, {"health": {"nvml": "ok"}})
+        assert store.requeue_count("8") == 0
+
+
+def test_open_node_store_is_root_only(tmp_path: Path) -> None:
+    with open_node_store(tmp_path, "sbx1") as store:
+        assert store.path == store_path(tmp_path, "sbx1")
+    assert store_path(tmp_path, "sbx1").stat().st_mode & 0o777 == 0o600

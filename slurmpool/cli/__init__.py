@@ -24,6 +24,11 @@ COMMANDS: dict[str, str] = {
     "generate-config": "slurmpool.cli.generate:generate_config",
     "discover": "slurmpool.cli.discover:discover",
     "sim": "slurmpool.cli.sim:sim",
+    "status": "slurmpool.cli.status:status",
+    "monitord": "slurmpool.cli.monitord:monitord",
+    "accounting": "slurmpool.cli.accounting:accounting",
+    "jobstats": "slurmpool.cli.jobstats:jobstats",
+    "report": "slurmpool.cli.report:report",
 }
 
 

@@ -1,0 +1,140 @@
+"""The durable accounting outbox in the node state store.
+
+The epilog puts each job's summary (this node's part) here in the same
+SQLite database as the allocations, so a summary survives a crash, a
+slurmd or monitord restart and a dead slurmdbd.  A summary leaves the
+outbox only after ``sacct`` shows it stored (:mod:`.push`).  One row per
+job and node: enqueueing again replaces the row (a rerun epilog or a
+requeued job's later run), so nothing is ever pushed twice as two entries.
+
+Standard library only: the epilog writes here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from slurmpool.state.store import NodeStore, register_migrations
+
+COMPONENT = "accounting"
+
+register_migrations(
+    COMPONENT,
+    (
+        """
+        CREATE TABLE accounting_outbox (
+            id              INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id          TEXT    NOT NULL,
+            node            TEXT    NOT NULL,
+            cluster         TEXT,
+            part            TEXT    NOT NULL,
+            created_at      REAL    NOT NULL,
+            attempts        INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at REAL    NOT NULL,
+            last_error      TEXT    NOT NULL DEFAULT '',
+            UNIQUE (job_id, node)
+        );
+        CREATE INDEX accounting_outbox_due ON accounting_outbox (next_attempt_at);
+        """,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A summary waiting in the outbox."""
+
+    id: int
+    job_id: str
+    node: str
+    cluster: str | None
+    part: dict[str, Any]
+    created_at: float
+    attempts: int
+    next_attempt_at: float
+    last_error: str
+
+
+def put(
+    store: NodeStore,
+    job_id: str,
+    node: str,
+    cluster: str | None,
+    part: dict[str, Any],
+    now: float | None = None,
+) -> None:
+    """Put (or replace) this node's part of ``job_id``'s summary; due at once."""
+    t = time.time() if now is None else now
+    text = json.dumps(part, separators=(",", ":"), sort_keys=True)
+    with store.transaction() as conn:
+        conn.execute(
+            """INSERT INTO accounting_outbox (job_id, node, cluster, part, created_at,
+                   next_attempt_at) VALUES (?, ?, ?, ?, ?, ?)
+               ON CONFLICT (job_id, node) DO UPDATE SET cluster = excluded.cluster,
+                   part = excluded.part, created_at = excluded.created_at, attempts = 0,
+                   next_attempt_at = excluded.next_attempt_at, last_error = ''""",
+            (job_id, node, cluster, text, t, t),
+        )
+
+
+def _pending(row: Any) -> Pending:
+    return Pending(
+        id=row["id"],
+        job_id=row["job_id"],
+        node=row["node"],
+        cluster=row["cluster"],
+        part=json.loads(row["part"]),
+        created_at=row["created_at"],
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        last_error=row["last_error"],
+    )
+
+
+def pending(store: NodeStore, due_by: float | None = None, limit: int = 1000) -> list[Pending]:
+    """Summaries in the outbox (only those due by ``due_by`` when given), oldest first."""
+    sql = "SELECT * FROM accounting_outbox"
+    args: list[object] = []
+    if due_by is not None:
+        sql += " WHERE next_attempt_at <= ?"
+        args.append(due_by)
+    rows = store.conn.execute(sql + " ORDER BY id LIMIT ?", [*args, limit]).fetchall()
+    return [_pending(r) for r in rows]
+
+
+def count(store: NodeStore) -> int:
+    return int(store.conn.execute("SELECT COUNT(*) FROM accounting_outbox").fetchone()[0])
+
+
+def next_due(store: NodeStore) -> float | None:
+    row = store.conn.execute("SELECT MIN(next_attempt_at) FROM accounting_outbox").fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def delete_if_unchanged(store: NodeStore, item: Pending) -> bool:
+    """Remove ``item`` once stored, unless a newer summary replaced it meanwhile."""
+    with store.transaction() as conn:
+        cur = conn.execute(
+            "DELETE FROM accounting_outbox WHERE id = ? AND created_at = ?",
+            (item.id, item.created_at),
+        )
+    return cur.rowcount > 0
+
+
+def record_failure(store: NodeStore, item: Pending, error: str, retry_at: float) -> None:
+    with store.transaction() as conn:
+        conn.execute(
+            """UPDATE accounting_outbox SET attempts = attempts + 1, last_error = ?,
+                   next_attempt_at = ? WHERE id = ? AND created_at = ?""",
+            (error[:2000], retry_at, item.id, item.created_at),
+        )
+
+
+def make_due(store: NodeStore, now: float | None = None) -> int:
+    """Make every pending summary due now (``slurmpool accounting flush``)."""
+    t = time.time() if now is None else now
+    with store.transaction() as conn:
+        return int(conn.execute("UPDATE accounting_outbox SET next_attempt_at = ?", (t,)).rowcount)

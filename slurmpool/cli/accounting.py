@@ -1,0 +1,137 @@
+"""``slurmpool accounting flush|status|decode``: the job-summary outbox by hand."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
+from slurmpool.cli.nodeopts import node_context, node_options, slurm_runner
+
+
+@click.group()
+def accounting() -> None:
+    """Job GPU summaries on their way into Slurm accounting (AdminComment).
+
+    Example::
+
+        slurmpool accounting status
+        slurmpool accounting flush
+        slurmpool accounting decode --job 42
+    """
+
+
+@accounting.command()
+@node_options
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def flush(node_config: Path, node: str | None, state_db: Path | None, as_json: bool) -> None:
+    """Push every summary in this node's outbox now, ignoring backoff.
+
+    Exit status 1 when any summary could not be stored (it stays in the outbox).
+
+    Example: ``slurmpool accounting flush --node sbx1``
+    """
+    from slurmpool.accounting import outbox
+    from slurmpool.accounting.push import push_pending
+    from slurmpool.state.store import NodeStore
+
+    ctx = node_context(node_config, node, state_db)
+    with NodeStore(ctx.store_path) as store:
+        results = push_pending(store, slurm_runner(), due_only=False)
+        left = outbox.count(store)
+    if as_json:
+        echo_json(
+            {
+                "stored": [{"job": r.job_id, "node": r.node} for r in results if r.stored],
+                "failed": [
+                    {"job": r.job_id, "node": r.node, "error": r.error, "kind": r.kind}
+                    for r in results
+                    if not r.stored
+                ],
+                "pending": left,
+            }
+        )
+    else:
+        for r in results:
+            if r.stored:
+                click.echo(f"stored   job {r.job_id} ({r.node})")
+            else:
+                click.echo(f"pending  job {r.job_id} ({r.node}): {r.error}")
+        click.echo(f"{sum(r.stored for r in results)} stored, {left} still in the outbox")
+    if any(not r.stored for r in results):
+        raise SystemExit(EXIT_FAIL)
+
+
+@accounting.command()
+@node_options
+@click.option("--json", "as_json", is_flag=True, help="Print the outbox as JSON.")
+def status(node_config: Path, node: str | None, state_db: Path | None, as_json: bool) -> None:
+    """List the summaries waiting in this node's outbox.
+
+    Example: ``slurmpool accounting status``
+    """
+    from slurmpool.accounting import outbox
+    from slurmpool.state.store import NodeStore
+
+    ctx = node_context(node_config, node, state_db)
+    with NodeStore(ctx.store_path) as store:
+        items = outbox.pending(store)
+    now = time.time()
+    if as_json:
+        echo_json(
+            [
+                {
+                    "job": i.job_id,
+                    "node": i.node,
+                    "attempts": i.attempts,
+                    "age_s": round(now - i.created_at, 1),
+                    "next_attempt_in_s": round(max(0.0, i.next_attempt_at - now), 1),
+                    "last_error": i.last_error,
+                }
+                for i in items
+            ]
+        )
+        return
+    if not items:
+        click.echo("outbox empty: every summary is stored in accounting")
+        return
+    for i in items:
+        click.echo(
+            f"job {i.job_id} ({i.node}): {i.attempts} attempts, next in "
+            f"{max(0.0, i.next_attempt_at - now):.0f} s; {i.last_error or 'not tried yet'}"
+        )
+
+
+@accounting.command()
+@click.argument("admin_comment", required=False)
+@click.option("--job", "job_id", default=None, help="Read the AdminComment of this job (sacct).")
+def decode(admin_comment: str | None, job_id: str | None) -> None:
+    """Decode an ``sp1:`` AdminComment to JSON.
+
+    Example: ``slurmpool accounting decode --job 42``
+    """
+    from slurmpool.accounting.codec import AdminCommentError
+    from slurmpool.accounting.codec import decode as decode_text
+    from slurmpool.accounting.push import AccountingPushError, read_admin_comment
+
+    if (admin_comment is None) == (job_id is None):
+        usage_error("give an AdminComment text or --job JOBID (one of them)")
+    text = admin_comment
+    if job_id is not None:
+        try:
+            text = read_admin_comment(slurm_runner(), job_id)
+        except AccountingPushError as e:
+            click.echo(f"error: {e}", err=True)
+            raise SystemExit(EXIT_FAIL) from None
+        if text is None:
+            click.echo(f"error: job {job_id} has no record in accounting", err=True)
+            raise SystemExit(EXIT_FAIL)
+    try:
+        data = decode_text(text or "")
+    except AdminCommentError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(EXIT_FAIL) from None
+    click.echo(json.dumps(data, indent=2))

@@ -1,0 +1,92 @@
+"""Options and lookups shared by the node-side commands (monitord, accounting, jobstats).
+
+The only place these commands read the environment: ``$SLURMD_NODENAME``,
+``$SLURM_CONF`` and ``$PATH`` become explicit values passed below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from slurmpool.cli.common import usage_error
+from slurmpool.configgen.nodeconfig import NodeConfig, NodeConfigError, load_node_config
+from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
+from slurmpool.state.store import StateStoreError, store_path
+
+DEFAULT_NODE_CONFIG = "/etc/slurm/node-config.json"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def node_options(fn: F) -> F:
+    """``--node-config``, ``--node`` and ``--state-db`` (this order in --help)."""
+    fn = click.option(
+        "--state-db",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The node state store [<state_dir>/<node>.sqlite from the node config].",
+    )(fn)
+    fn = click.option(
+        "--node", default=None, help="This node's Slurm name [$SLURMD_NODENAME or hostname]."
+    )(fn)
+    fn = click.option(
+        "--node-config",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=DEFAULT_NODE_CONFIG,
+        show_default=True,
+        help="The node config written by `slurmpool install`.",
+    )(fn)
+    return fn
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    config: NodeConfig
+    config_path: Path
+    node: str
+    store_path: Path
+    raw: dict[str, Any]
+
+    def gpu_modes(self) -> dict[int, str]:
+        cls = self.config.node_class(self.node)
+        return {g.index: g.mode for g in cls.gpus} if cls is not None else {}
+
+    def monitor_settings(self) -> dict[str, Any]:
+        """The optional ``monitor`` object of the node config (interval_s, port, ...)."""
+        value = self.raw.get("monitor")
+        return value if isinstance(value, dict) else {}
+
+
+def node_name(explicit: str | None) -> str:
+    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def node_context(node_config: Path, node: str | None, state_db: Path | None) -> NodeContext:
+    try:
+        config = load_node_config(node_config)
+        raw = json.loads(node_config.read_text())
+    except (NodeConfigError, OSError, ValueError) as e:
+        usage_error(f"{e} (pass --node-config PATH)")
+    name = node_name(node)
+    try:
+        path = state_db or store_path(config.path("state_dir"), name)
+    except StateStoreError as e:
+        usage_error(f"{e} (pass --node NAME)")
+    return NodeContext(config, node_config, name, path, raw)
+
+
+def slurm_runner(timeout: float = 30.0) -> Runner:
+    """A Runner with this process's PATH and SLURM_CONF."""
+    env = {"PATH": os.environ.get("PATH", os.pathsep.join(DEFAULT_SEARCH_PATH))}
+    search = tuple(p for p in env["PATH"].split(os.pathsep) if p) + DEFAULT_SEARCH_PATH
+    return Runner(
+        env=env, search_path=search, timeout=timeout, slurm_conf=os.environ.get("SLURM_CONF")
+    )

@@ -1,0 +1,210 @@
+"""The ``slurmpool monitord`` loop: sample, store, export, push the outbox.
+
+One thread samples every ``interval_s`` (attribution from the node store's
+live allocations, accounts from squeue), writes the pass to the store and
+hands it to the metrics collector; retention runs every ``prune_every_s``.
+A second thread pushes due outbox summaries to accounting with backoff, so
+a slow or dead slurmdbd never delays sampling.  :meth:`Monitor.run` returns
+when the ``stop`` event is set (the CLI sets it on SIGTERM/SIGINT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurmpool.accounting import outbox
+from slurmpool.accounting.enqueue import build_job_summary
+from slurmpool.accounting.push import Backoff, PushResult, push_pending
+from slurmpool.monitor import samples as sample_store
+from slurmpool.monitor.attribution import AccountResolver, Attribution, from_allocations
+from slurmpool.monitor.exporter import MetricsServer, SnapshotCollector, make_registry
+from slurmpool.monitor.sampler import Sampler, Snapshot
+from slurmpool.slurm.runner import Runner
+from slurmpool.state.store import NodeStore
+
+DEFAULT_INTERVAL_S = 10.0
+DEFAULT_PORT = 9810
+DEFAULT_ADDRESS = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """How monitord runs.  ``port=None`` serves no metrics; ``port=0`` picks a free port."""
+
+    interval_s: float = DEFAULT_INTERVAL_S
+    address: str = DEFAULT_ADDRESS
+    port: int | None = DEFAULT_PORT
+    retention: sample_store.Retention = field(default_factory=sample_store.Retention)
+    prune_every_s: float = 300.0
+    push: bool = True
+    push_poll_s: float = 5.0
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+Log = Callable[[str], None]
+
+
+class Monitor:
+    """monitord for one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        store_path: str | Path,
+        sampler: Sampler,
+        settings: MonitorSettings,
+        runner: Runner | None = None,
+        log: Log | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node
+        self.store_path = Path(store_path)
+        self.sampler = sampler
+        self.settings = settings
+        self.runner = runner
+        self.log: Log = log or (lambda _m: None)
+        self.clock = clock
+        self.collector = SnapshotCollector()
+        self.accounts = AccountResolver(runner)
+        self.server: MetricsServer | None = None
+        if not self.store_path.exists():  # readable by root only, like the hooks create it
+            self.store_path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(self.store_path, os.O_WRONLY | os.O_CREAT, 0o600))
+        # Used by the thread that calls pass_once/run (SQLite connections are per thread).
+        self._store = NodeStore(self.store_path)
+        self._last_prune = 0.0
+
+    # -- one pass ---------------------------------------------------------------
+
+    def attribution(self) -> Attribution:
+        att = from_allocations(self._store.live())
+        accounts = self.accounts.accounts(att.job_ids())
+        if accounts:
+            att.instances = {
+                k: dataclasses.replace(v, account=accounts.get(v.job_id))
+                for k, v in att.instances.items()
+            }
+            att.gpus = {
+                k: [dataclasses.replace(v, account=accounts.get(v.job_id)) for v in refs]
+                for k, refs in att.gpus.items()
+            }
+        return att
+
+    def pass_once(self) -> Snapshot:
+        """Sample, store and publish one pass."""
+        snap = self.sampler.sample(self.attribution())
+        sample_store.write_samples(self._store, snap.samples)
+        st = self.collector.stats
+        st.passes += 1
+        st.last_pass_s = snap.duration_s
+        st.cpu_s = time.process_time()
+        st.outbox_pending = outbox.count(self._store)
+        if snap.errors:
+            st.errors += 1
+            for e in snap.errors:
+                self.log(f"sampling error: {e}")
+        self.collector.snapshot = snap
+        now = self.clock()
+        if now - self._last_prune >= self.settings.prune_every_s:
+            self._last_prune = now
+            sample_store.prune(self._store, self.settings.retention, now)
+        return snap
+
+    def push_once(self, due_only: bool = True) -> list[PushResult]:
+        """Push the due outbox summaries (from this thread's own store connection)."""
+        if self.runner is None:
+            return []
+        with NodeStore(self.store_path) as store:
+            results = push_pending(
+                store,
+                self.runner,
+                now=self.clock,
+                backoff=self.settings.backoff,
+                due_only=due_only,
+            )
+            self.collector.stats.outbox_pending = outbox.count(store)
+        for r in results:
+            if r.stored:
+                self.collector.stats.pushed += 1
+                self.log(f"accounting: stored summary of job {r.job_id} (node {r.node})")
+            else:
+                self.collector.stats.push_failures += 1
+                self.log(f"accounting: job {r.job_id} not stored yet: {r.error}")
+        return results
+
+    def job_view(self, job_id: str) -> dict[str, Any] | None:
+        with NodeStore(self.store_path) as store:
+            if not sample_store.job_totals(store, job_id):
+                return None
+            part = build_job_summary(store, job_id=job_id, user=None)
+        return {"job": job_id, "node": self.node, "running": True, "part": part}
+
+    # -- the loops ----------------------------------------------------------------
+
+    def start_server(self) -> MetricsServer | None:
+        if self.settings.port is None:
+            return None
+        registry = make_registry(self.collector)
+        self.server = MetricsServer(
+            registry, self.settings.address, self.settings.port, self.job_view
+        )
+        self.server.start()
+        self.log(f"metrics on http://{self.settings.address}:{self.server.port}/metrics")
+        return self.server
+
+    def _push_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.push_once()
+            except Exception as e:  # never let the pusher die silently
+                self.log(f"accounting push error: {type(e).__name__}: {e}")
+            with NodeStore(self.store_path) as store:
+                due = outbox.next_due(store)
+            wait = self.settings.push_poll_s
+            if due is not None:
+                wait = min(wait, max(0.05, due - self.clock()))
+            stop.wait(wait)
+
+    def run(self, stop: threading.Event) -> None:
+        """Sample every interval until ``stop`` is set; push the outbox alongside."""
+        pusher: threading.Thread | None = None
+        if self.settings.push and self.runner is not None:
+            pusher = threading.Thread(
+                target=self._push_loop, args=(stop,), name="push", daemon=True
+            )
+            pusher.start()
+        self.sampler.prime()
+        stop.wait(min(self.settings.interval_s, 0.2))
+        next_t = time.monotonic()
+        try:
+            while not stop.is_set():
+                try:
+                    self.pass_once()
+                except Exception as e:
+                    self.collector.stats.errors += 1
+                    self.log(f"sampling pass failed: {type(e).__name__}: {e}")
+                next_t += self.settings.interval_s
+                delay = next_t - time.monotonic()
+                if delay < 0:  # fell behind: do not try to catch up
+                    next_t = time.monotonic()
+                    delay = 0.0
+                stop.wait(delay)
+        finally:
+            if pusher is not None:
+                pusher.join(timeout=35)
+            self.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        self.sampler.close()
+        self._store.close()

@@ -1,0 +1,98 @@
+"""Stand-in ``sacct``/``sacctmgr`` programs for the accounting tests (real executables).
+
+They keep AdminComments in ``<dir>/db.json`` and behave like Slurm 22.05
+where slurmpool depends on it (SLURM_FACTS.md): ``sacctmgr modify job``
+lowercases the value and turns double quotes into backticks, changes
+nothing (exit 1, "Nothing modified") for a job without a record, and with
+``<dir>/down`` present both print the errors of a dead slurmdbd and exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+_COMMON = """
+import json, os, sys
+d = {dir!r}
+db = os.path.join(d, "db.json")
+def load():
+    try:
+        return json.load(open(db))
+    except FileNotFoundError:
+        return {{}}
+if os.path.exists(os.path.join(d, "down")):
+    sys.stderr.write("{prog}: error: slurm_persist_conn_open_without_init: failed to open "
+                     "persistent connection to host:127.0.0.1:6819: Connection refused\\n")
+    sys.exit(1)
+with open(os.path.join(d, "calls.log"), "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+"""
+
+_SACCT = (
+    _COMMON
+    + """
+a = sys.argv[1:]
+job = a[a.index("-j") + 1]
+jobs = load()
+if job in jobs:
+    print(job + "|" + jobs[job])
+"""
+)
+
+_SACCTMGR = (
+    _COMMON
+    + """
+a = sys.argv[1:]
+job = next(x.split("=", 1)[1] for x in a if x.startswith("jobid="))
+value = next(x.split("=", 1)[1] for x in a if x.startswith("AdminComment="))
+jobs = load()
+if job not in jobs:
+    print(" Nothing modified")
+    sys.stderr.write("sacctmgr: accounting_storage/slurmdbd: acct_storage_p_modify_job: "
+                     "Request didn't affect anything or your user doesn't have privilege "
+                     "to perform this action\\n")
+    sys.exit(1)
+jobs[job] = value.lower().replace('"', "`")
+json.dump(jobs, open(db, "w"))
+print(" Modified jobs...")
+"""
+)
+
+
+class FakeDbd:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.bin = directory / "bin"
+        self.bin.mkdir(parents=True, exist_ok=True)
+        for prog, body in (("sacct", _SACCT), ("sacctmgr", _SACCTMGR)):
+            path = self.bin / prog
+            path.write_text(f"#!{sys.executable}\n" + body.format(dir=str(directory), prog=prog))
+            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+    def add_job(self, job_id: str, comment: str = "") -> None:
+        jobs = self.jobs()
+        jobs[job_id] = comment
+        (self.dir / "db.json").write_text(json.dumps(jobs))
+
+    def jobs(self) -> dict[str, str]:
+        try:
+            return dict(json.loads((self.dir / "db.json").read_text()))
+        except FileNotFoundError:
+            return {}
+
+    def set_down(self, down: bool) -> None:
+        flag = self.dir / "down"
+        if down:
+            flag.touch()
+        elif flag.exists():
+            os.unlink(flag)
+
+    def calls(self) -> list[str]:
+        try:
+            return (self.dir / "calls.log").read_text().splitlines()
+        except FileNotFoundError:
+            return []

@@ -1,0 +1,468 @@
+"""GPU utilisation into Slurm accounting, end to end on the sandbox cluster.
+
+monitord runs per node inside that node's mount namespace (as slurmd does),
+on loopback ports, sampling every 0.5 s and pushing the outbox; it is
+stopped by PID.  Jobs run the simulator's workload at 60% utilisation.
+
+Where utilisation exists: the sandbox's GPUs are simulated A100s.  A MIG
+instance on an A100 (Ampere, no GPM) has no utilisation at all, so a
+``vgpu:2`` job's summary must say "n/a" with real memory; the node's whole
+(non-MIG, passthrough) A100, GPU 2, reports NVML utilisation, so a
+``gpu:1`` job's mean must be near 60.  (Hopper GPM per instance is covered
+by tests/test_monitor.py on a simulated H100.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmpool.accounting.codec import decode, find_token
+from slurmpool.sandbox import procs
+
+from .conftest import Cluster
+
+SOURCE = Path(__file__).resolve().parents[2]
+PY = f"PYTHONPATH={SOURCE} /usr/bin/python3"
+USERS = ("sp-acct-ann", "sp-acct-ben")  # this module's own users: per-user totals are exact
+NODES = ("sbx1", "sbx2")
+
+
+def poll(what: str, check: Callable[[], Any], timeout_s: float, interval_s: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout_s:g} s")
+        time.sleep(interval_s)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Monitord:
+    node: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def metrics(self) -> str:
+        return urllib.request.urlopen(f"{self.url}/metrics", timeout=5).read().decode()
+
+
+class Monitors:
+    """monitord on every node; started and stopped by PID."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.running: dict[str, Monitord] = {}
+
+    def node_config(self) -> str:
+        return str(Path(self.cluster.state.slurm_conf).parent / "node-config.json")
+
+    def start(self, node: str) -> Monitord:
+        port = free_port()
+        log = self.cluster.sandbox.layout.log_dir / f"monitord-{node}.log"
+        argv = self.cluster.sandbox.on_node(
+            node,
+            [
+                sys.executable,
+                "-m",
+                "slurmpool",
+                "monitord",
+                "--node-config",
+                self.node_config(),
+                "--node",
+                node,
+                "--interval",
+                "0.5",
+                "--address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+        )
+        out = open(log, "ab")  # noqa: SIM115 (the daemon keeps it)
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=self.cluster.slurm.child_env(),
+            start_new_session=True,
+        )
+        out.close()
+        m = Monitord(node, port, proc, log)
+        poll(f"monitord on {node} serving metrics", lambda: self._up(m), 20)
+        self.running[node] = m
+        return m
+
+    @staticmethod
+    def _up(m: Monitord) -> bool:
+        if m.proc.poll() is not None:
+            raise AssertionError(f"monitord on {m.node} exited: {m.log.read_text()[-2000:]}")
+        try:
+            return "slurmpool_monitor_passes_total" in m.metrics()
+        except OSError:
+            return False
+
+    def stop(self, node: str) -> None:
+        m = self.running.pop(node)
+        if m.proc.poll() is None:
+            os.kill(m.proc.pid, signal.SIGTERM)
+            try:
+                m.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.kill(m.proc.pid, signal.SIGKILL)
+                m.proc.wait()
+        assert m.proc.returncode == 0, m.log.read_text()[-2000:]
+
+    def stop_all(self) -> None:
+        for node in list(self.running):
+            self.stop(node)
+
+
+@pytest.fixture(scope="module")
+def users(cluster: Cluster) -> Iterator[tuple[str, str]]:
+    created = []
+    for user in USERS:
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", user], check=True)
+            created.append(user)
+        cluster.sandbox.add_user(user)
+    yield USERS
+    for user in created:
+        subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def monitors(cluster: Cluster) -> Iterator[Monitors]:
+    mons = Monitors(cluster)
+    try:
+        for node in NODES:
+            mons.start(node)
+        yield mons
+    finally:
+        mons.stop_all()
+
+
+def workload(cluster: Cluster, seconds: float, util: int = 60, mem: int = 4000) -> str:
+    state = cluster.sandbox.layout.node_root / "sim"
+    return (
+        f"{PY} -m slurmpool.sim.workload --state {state} --util {util} --mem-mib {mem} "
+        f"--seconds {seconds}"
+    )
+
+
+def submit(cluster: Cluster, user: str, gres: str, node: str, seconds: float, **kw: Any) -> int:
+    out = cluster.workdir / f"acct-{user}-{gres.replace(':', '')}-{time.monotonic_ns()}.out"
+    return cluster.submit(
+        f"--gres={gres}",
+        "-w",
+        node,
+        "-o",
+        str(out),
+        "--wrap",
+        workload(cluster, seconds, **kw),
+        user=user,
+    )
+
+
+def admin_comment(cluster: Cluster, job: int) -> str | None:
+    res = cluster.slurm.run(
+        "sacct",
+        "-n",
+        "-X",
+        "-P",
+        "-j",
+        str(job),
+        "-o",
+        "JobIDRaw,AdminComment",
+        check=False,
+        timeout=15,
+    )
+    for line in res.stdout.splitlines():
+        jid, _, value = line.partition("|")
+        if jid == str(job):
+            return value
+    return None
+
+
+def stored_summary(cluster: Cluster, job: int, timeout_s: float = 45) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        text = admin_comment(cluster, job)
+        return decode(text) if text and find_token(text) else None
+
+    doc: dict[str, Any] = poll(f"job {job}'s summary in AdminComment", ready, timeout_s)
+    return doc
+
+
+def run_cli(
+    cluster: Cluster, *args: str, node: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "slurmpool", *args]
+    if node is not None:
+        argv = cluster.sandbox.on_node(node, argv)
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cluster.slurm.child_env(),
+        check=False,
+    )
+
+
+# -- the tests, in the order they run --------------------------------------------------------
+
+JOBS: dict[str, int] = {}  # name -> job id, for the report at the end
+UTIL: dict[str, float] = {}  # name -> mean utilisation in its summary
+
+
+def test_summaries_of_a_vgpu2_and_a_gpu1_job_reach_admin_comment(
+    cluster: Cluster, monitors: Monitors, users: tuple[str, str]
+) -> None:
+    ann, ben = users
+    JOBS["mig"] = mig = submit(cluster, ann, "vgpu:2", "sbx1", 6)
+    JOBS["whole"] = whole = submit(cluster, ben, "gpu:1", "sbx1", 10)
+    assert cluster.wait(mig) == "COMPLETED" and cluster.wait(whole) == "COMPLETED"
+
+    doc = stored_summary(cluster, mig)
+    assert doc["job"] == str(mig) and list(doc["nodes"]) == ["sbx1"]
+    part = doc["nodes"]["sbx1"]
+    (carved,) = part["carved"]
+    assert carved["mode"] == "mig" and carved["profile"] == "2g.20gb"
+    assert carved["uuid"].startswith("MIG-") and len(carved["placement"]) == 2
+    (dev,) = part["devices"]
+    assert dev["kind"] == "mig" and dev["profile"] == "2g.20gb" and dev["model"] == "A100-SXM4-80GB"
+    assert (dev["slices"], dev["of"]) == (2, 7)
+    assert dev["util_mean"] is None and dev["util_max"] is None  # Ampere MIG: "n/a", not 0
+    assert dev["mem_max_mib"] == 4000 and dev["mem_total_mib"] > 4000  # real memory
+    assert dev["samples"] >= 4 and dev["duration_s"] >= 2
+
+    doc = stored_summary(cluster, whole)
+    (dev,) = doc["nodes"]["sbx1"]["devices"]
+    assert dev["kind"] == "gpu" and dev["gpu"] == 2  # the passthrough A100 reports utilisation
+    assert dev["util_source"] == "nvml"
+    # The job holds the GPU for a moment before its workload starts (interpreter start-up)
+    # and after it ends: those samples are honestly idle, so the mean is a little below 60.
+    assert dev["util_max"] == 60.0
+    assert dev["util_mean"] == pytest.approx(60, abs=6)
+    UTIL["whole"] = dev["util_mean"]
+    assert dev["mem_max_mib"] == 4000 and dev["energy_j"] and dev["energy_j"] > 0
+    assert doc["nodes"]["sbx1"]["request"]["gpu"] == 1
+
+    # What 22.05 did to the stored text: lowercased; it still decodes.
+    text = admin_comment(cluster, mig)
+    assert text is not None and text == text.lower() and text.count("sp1:") == 1
+
+
+def test_running_job_metrics_and_jobstats_then_finished_jobstats(
+    cluster: Cluster, monitors: Monitors, users: tuple[str, str]
+) -> None:
+    ann, _ben = users
+    JOBS["running"] = job = submit(cluster, ann, "vgpu:1", "sbx2", 10, mem=2000)
+    mon = monitors.running["sbx2"]
+    label = f'job="{job}"'
+
+    mem_value = f" {2000 * 1024 * 1024:.1f}"  # once the workload has attached
+
+    def series() -> list[str] | None:
+        found = [ln for ln in mon.metrics().splitlines() if label in ln]
+        mem = [ln for ln in found if ln.startswith("slurmpool_mig_memory_used_bytes{")]
+        return found if mem and (mem[0].endswith(mem_value) or "2.097152e+09" in mem[0]) else None
+
+    lines = poll("the job's memory in /metrics", series, 30)
+    mem = [ln for ln in lines if ln.startswith("slurmpool_mig_memory_used_bytes{")]
+    assert f'user="{ann}"' in mem[0] and 'account="sandbox"' in mem[0]
+    assert any(ln.startswith("slurmpool_job_gpu_memory_used_bytes{") for ln in lines)
+    avail = [ln for ln in lines if ln.startswith("slurmpool_mig_utilization_available{")]
+    assert avail and avail[0].endswith(" 0.0")  # measured as "not available", not zero
+    assert not any(ln.startswith("slurmpool_mig_sm_utilization_percent{") for ln in lines)
+
+    res = run_cli(cluster, "jobstats", str(job), "--json", "--monitor-url", mon.url)
+    assert res.returncode == 0, res.stderr
+    view = json.loads(res.stdout)
+    assert view["running"] is True and view["state"] == "RUNNING"
+    assert view["devices"][0]["profile"] == "1g.10gb" and view["devices"][0]["samples"] > 0
+    assert view["devices"][0]["util_available"] is False
+
+    assert cluster.wait(job) == "COMPLETED"
+    stored_summary(cluster, job)
+    res = run_cli(cluster, "jobstats", str(job))
+    assert res.returncode == 0, res.stderr
+    assert f"job {job} ({ann}, account sandbox): COMPLETED" in res.stdout
+    assert "asked for: vgpu:1; got: vgpu:1" in res.stdout
+    assert "1g.10gb" in res.stdout and "mean n/a" in res.stdout
+    assert "peak 2.0 GiB" in res.stdout
+
+
+def _slurmdbd(cluster: Cluster) -> procs.Daemon:
+    state = cluster.sandbox.state()
+    assert state is not None
+    return [d for d in state.daemons if d.name == "slurmdbd" and procs.is_running(d)][-1]
+
+
+def _restart_slurmdbd(cluster: Cluster, old: procs.Daemon) -> None:
+    """Start slurmdbd again like the sandbox did, recorded so `sandbox down` stops it."""
+    layout = cluster.sandbox.layout
+    env = cluster.sandbox.runner.child_env()
+    env["SLURM_CONF"] = cluster.state.slurm_conf
+    d = procs.spawn("slurmdbd", old.argv, layout.log("slurmdbd.out"), env, cwd=layout.root)
+    state = cluster.sandbox.state()
+    assert state is not None
+    state.daemons.append(d)
+    state.save(layout)
+
+
+def _outbox(cluster: Cluster, node: str) -> list[dict[str, Any]]:
+    res = run_cli(
+        cluster,
+        "accounting",
+        "status",
+        "--json",
+        "--node-config",
+        str(Path(cluster.state.slurm_conf).parent / "node-config.json"),
+        "--node",
+        node,
+        node=node,
+    )
+    assert res.returncode == 0, res.stderr
+    items: list[dict[str, Any]] = json.loads(res.stdout)
+    return items
+
+
+def test_summary_survives_slurmdbd_down_at_job_end_and_a_monitord_restart(
+    cluster: Cluster, monitors: Monitors, users: tuple[str, str]
+) -> None:
+    _ann, ben = users
+    JOBS["outage"] = job = submit(cluster, ben, "vgpu:2", "sbx2", 5, mem=3000)
+    poll("the job to run", lambda: cluster.job(job)["JobState"] == "RUNNING", 30)
+    dbd = _slurmdbd(cluster)
+    procs.stop([dbd], grace_s=10)
+    try:
+        assert cluster.wait(job) == "COMPLETED"
+        pending = poll(
+            "a failed push in sbx2's outbox",
+            lambda: [
+                i for i in _outbox(cluster, "sbx2") if i["job"] == str(job) and i["attempts"] > 0
+            ],
+            30,
+        )
+        assert "slurmdbd is not reachable" in pending[0]["last_error"]
+        monitors.stop("sbx2")  # the outbox is on disk, not in monitord
+        monitors.start("sbx2")
+        assert [i["job"] for i in _outbox(cluster, "sbx2")].count(str(job)) == 1
+    finally:
+        _restart_slurmdbd(cluster, dbd)
+    poll(
+        "slurmdbd back",
+        lambda: cluster.slurm.run("sacctmgr", "-n", "list", "cluster", check=False, timeout=10).ok,
+        30,
+    )
+    res = run_cli(
+        cluster,
+        "accounting",
+        "flush",
+        "--node-config",
+        str(Path(cluster.state.slurm_conf).parent / "node-config.json"),
+        "--node",
+        "sbx2",
+        node="sbx2",
+    )  # by hand, not waiting for the backoff
+    doc = stored_summary(cluster, job, timeout_s=60)
+    (dev,) = doc["nodes"]["sbx2"]["devices"]
+    assert dev["profile"] == "2g.20gb" and dev["mem_max_mib"] == 3000, res.stdout
+    text = admin_comment(cluster, job)
+    assert text is not None and text.count("sp1:") == 1  # stored once
+    poll(
+        "the outbox to empty",
+        lambda: not any(i["job"] == str(job) for i in _outbox(cluster, "sbx2")),
+        30,
+    )
+
+
+def _elapsed(cluster: Cluster, job: int) -> int:
+    out = cluster.slurm.run(
+        "sacct", "-n", "-X", "-P", "-j", str(job), "-o", "ElapsedRaw", timeout=15
+    ).stdout
+    return int(out.split()[0])
+
+
+def test_report_over_these_jobs(
+    cluster: Cluster, monitors: Monitors, users: tuple[str, str], tmp_path: Path
+) -> None:
+    ann, ben = users
+    assert set(JOBS) == {"mig", "whole", "running", "outage"}, "run the whole module"
+    png, page = tmp_path / "heat.png", tmp_path / "report.html"
+    res = run_cli(
+        cluster,
+        "report",
+        "--since",
+        "-2h",
+        "--until",
+        "now",
+        "--json",
+        "--html",
+        str(page),
+        "--heatmap",
+        str(png),
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    hours = {j: _elapsed(cluster, JOBS[j]) / 3600 for j in JOBS}
+    want_ann = 2 / 7 * hours["mig"] + 1 / 7 * hours["running"]
+    want_ben = 1.0 * hours["whole"] + 2 / 7 * hours["outage"]
+    users_out = data["groups"]["user"]
+    assert users_out[ann]["gpu_hours_allocated"] == pytest.approx(want_ann, abs=1e-3)
+    assert users_out[ben]["gpu_hours_allocated"] == pytest.approx(want_ben, abs=1e-3)
+    sacct = cluster.slurm.run(
+        "sacct",
+        "-a",
+        "-X",
+        "-D",
+        "-n",
+        "-P",
+        "-S",
+        "now-2hours",
+        "-o",
+        "JobIDRaw,User,State,Start,ElapsedRaw,AllocTRES",
+    ).stdout
+    assert users_out[ann]["jobs"] == 2 and users_out[ben]["jobs"] == 2, (JOBS, sacct, data)
+    # Only the whole GPU measured utilisation: ben's busy hours are 60% of that job.
+    busy = UTIL["whole"] / 100 * hours["whole"]
+    assert users_out[ben]["gpu_hours_busy"] == pytest.approx(busy, abs=1e-4)
+    assert (
+        users_out[ann]["gpu_hours_measured"] == 0 and users_out[ann]["utilization_percent"] is None
+    )
+    assert data["groups"]["profile"]["2g.20gb"]["jobs"] >= 2
+    assert "sbx1/gpu2" in data["heatmap"]["rows"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and ann in html and "<svg" in html
+    table = run_cli(cluster, "report", "--since", "-2h")
+    assert table.returncode == 0 and ann in table.stdout and "by profile" in table.stdout

@@ -1,0 +1,150 @@
+"""The outbox is durable and the push stores, verifies, retries with backoff, never duplicates."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fake_slurmdbd import FakeDbd
+
+from slurmpool.accounting import codec, outbox
+from slurmpool.accounting.push import Backoff, push_pending
+from slurmpool.cli import main
+from slurmpool.slurm.runner import Runner
+from slurmpool.state.store import NodeStore
+
+PART = {
+    "user": "alice",
+    "devices": [
+        {"gpu": 0, "kind": "mig", "profile": "2g.20gb", "slices": 2, "of": 7, "util_mean": None}
+    ],
+    "carved": [],
+}
+
+
+def _runner(fake: FakeDbd) -> Runner:
+    return Runner(env={"PATH": str(fake.bin)}, search_path=(str(fake.bin),), timeout=20)
+
+
+def _enqueue_and_exit(path: str) -> None:
+    with NodeStore(path) as store:
+        outbox.put(store, "42", "sbx1", "pool", PART)
+    os._exit(0)  # no clean shutdown: the row must already be on disk
+
+
+def test_outbox_survives_a_process_that_dies(tmp_path: Path) -> None:
+    db = tmp_path / "sbx1.sqlite"
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=_enqueue_and_exit, args=(str(db),))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    with NodeStore(db) as store:
+        (item,) = outbox.pending(store)
+    assert (item.job_id, item.node, item.part) == ("42", "sbx1", PART)
+
+
+def test_push_stores_verifies_and_removes(tmp_path: Path) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42", 'Site "note"')
+    with NodeStore(tmp_path / "n.sqlite") as store:
+        outbox.put(store, "42", "sbx1", "pool", PART)
+        (r,) = push_pending(store, _runner(fake))
+        assert r.stored, r.error
+        assert outbox.count(store) == 0
+    stored = fake.jobs()["42"]
+    assert stored.startswith("site `note` sp1:")  # lowercased by the (fake) 22.05
+    assert codec.decode(stored)["nodes"]["sbx1"] == PART
+
+
+def test_dead_slurmdbd_keeps_the_summary_and_backs_off(tmp_path: Path) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42")
+    fake.set_down(True)
+    clock = [1000.0]
+    with NodeStore(tmp_path / "n.sqlite") as store:
+        outbox.put(store, "42", "sbx1", "pool", PART, now=clock[0])
+        outbox.put(store, "43", "sbx1", "pool", PART, now=clock[0])
+        results = push_pending(store, _runner(fake), now=lambda: clock[0], backoff=Backoff(5, 60))
+        assert [r.kind for r in results] == ["SlurmdbdUnavailable"] * 2
+        assert "Connection refused" in results[0].error
+        assert len(fake.calls()) == 0  # the fake logs only calls that reached it
+        items = outbox.pending(store)
+        assert [i.attempts for i in items] == [1, 1]
+        assert all(i.next_attempt_at == 1005.0 for i in items)
+        assert push_pending(store, _runner(fake), now=lambda: 1001.0) == []  # not due yet
+        clock[0] = 1006.0
+        push_pending(store, _runner(fake), now=lambda: clock[0], backoff=Backoff(5, 60))
+        assert [i.next_attempt_at for i in outbox.pending(store)] == [1016.0, 1016.0]
+        fake.set_down(False)
+        clock[0] = 1020.0
+        results = push_pending(store, _runner(fake), now=lambda: clock[0])
+        assert [(r.job_id, r.stored, r.kind) for r in results] == [
+            ("42", True, ""),
+            ("43", False, "JobRecordMissing"),
+        ]
+        assert "no record in accounting yet" in results[1].error
+        fake.add_job("43")  # slurmctld sent the record
+        clock[0] = 1100.0
+        (r,) = push_pending(store, _runner(fake), now=lambda: clock[0])
+        assert r.stored and outbox.count(store) == 0
+    assert codec.decode(fake.jobs()["43"])["job"] == "43"
+
+
+def test_pushing_twice_and_two_nodes_never_duplicate(tmp_path: Path) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42")
+    with NodeStore(tmp_path / "a.sqlite") as a, NodeStore(tmp_path / "b.sqlite") as b:
+        outbox.put(a, "42", "sbx1", "pool", PART)
+        outbox.put(b, "42", "sbx2", "pool", PART)
+        assert push_pending(a, _runner(fake))[0].stored
+        assert push_pending(b, _runner(fake))[0].stored
+        outbox.put(a, "42", "sbx1", "pool", PART)  # an epilog rerun
+        assert push_pending(a, _runner(fake))[0].stored
+    doc = codec.decode(fake.jobs()["42"])
+    assert sorted(doc["nodes"]) == ["sbx1", "sbx2"]
+    assert fake.jobs()["42"].count("sp1:") == 1
+
+
+def test_a_replaced_summary_is_not_deleted_by_an_older_push(tmp_path: Path) -> None:
+    with NodeStore(tmp_path / "n.sqlite") as store:
+        outbox.put(store, "42", "sbx1", "pool", PART, now=1.0)
+        (old,) = outbox.pending(store)
+        outbox.put(store, "42", "sbx1", "pool", {**PART, "user": "alice2"}, now=2.0)
+        assert not outbox.delete_if_unchanged(store, old)
+        assert outbox.pending(store)[0].part["user"] == "alice2"
+
+
+@pytest.mark.parametrize("down", [False, True], ids=["up", "down"])
+def test_flush_command(tmp_path: Path, down: bool) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42")
+    fake.set_down(down)
+    db = tmp_path / "sbx1.sqlite"
+    with NodeStore(db) as store:
+        outbox.put(store, "42", "sbx1", "pool", PART, now=1e12)  # not due for a long time
+    conf = tmp_path / "node-config.json"
+    conf.write_text((Path(__file__).parent / "golden/sandbox/node-config.json").read_text())
+    res = CliRunner().invoke(
+        main,
+        [
+            "accounting",
+            "flush",
+            "--node-config",
+            str(conf),
+            "--node",
+            "sbx1",
+            "--state-db",
+            str(db),
+        ],
+        env={"PATH": str(fake.bin)},
+    )
+    if down:
+        assert res.exit_code == 1 and "slurmdbd is not reachable" in res.output
+        assert "1 still in the outbox" in res.output
+    else:
+        assert res.exit_code == 0, res.output
+        assert "stored   job 42" in res.output and "0 still in the outbox" in res.output

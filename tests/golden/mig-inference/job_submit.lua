@@ -183,8 +183,11 @@ local function check_job(job_desc, partition_field, part_list)
     slurm.log_user("%s", "slurmpool: vgpu:" .. n .. " rounded up to vgpu:" .. result .. " (" .. label .. ")")
   end
   if STORE_EXTRA then
+    -- The prolog trusts an Extra that is exactly our token, so a user's own
+    -- "slurmpool:..." Extra is always replaced; any other Extra is left alone
+    -- (the prolog then asks scontrol for the count).
     local extra = job_desc.extra
-    if extra == nil or extra == "" then
+    if extra == nil or extra == "" or string.sub(extra, 1, #EXTRA_PREFIX) == EXTRA_PREFIX then
       job_desc.extra = EXTRA_PREFIX .. result
     end
   end

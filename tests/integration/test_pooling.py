@@ -247,7 +247,8 @@ def test_fourteen_1g_jobs_run_at_once_and_a_fifteenth_waits(
 
 
 @pytest.mark.skip(
-    reason="flaky in a clean-clone CI run: requeue not seen within 60 s and a later Epilog error drained sbx2; tracked in issue 4"
+    reason="flaky in a clean-clone CI run: requeue not seen within 60 s, then an "
+    "Epilog error drained sbx2; tracked in issue 4"
 )
 def test_fragmented_node_requeues_a_4g_then_runs_it_once_there_is_room(
     cluster: Cluster, oversubscribed: None

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
+from slurmpool.records import record
 from slurmpool.resources import gres_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -44,7 +46,7 @@ class UnknownProfileError(CatalogueError):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ComputeInstanceProfile:
     name: str
     nvml_profile_index: int
@@ -52,7 +54,7 @@ class ComputeInstanceProfile:
     default: bool
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GpuInstanceProfile:
     """One GPU-instance profile, e.g. ``3g.40gb``.
 
@@ -91,7 +93,7 @@ def _standard_memory_slices(p: GpuInstanceProfile) -> int:
     return p.memory_slices
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class MigGeometry:
     compute_slices: int
     memory_slices: int
@@ -111,7 +113,7 @@ class MigGeometry:
         return tuple(sorted((p for p in self.gi_profiles if p.is_standard), key=lambda p: p.slices))
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GpuModel:
     name: str
     aliases: tuple[str, ...]
@@ -461,11 +463,11 @@ class PartialCatalogue(Catalogue):
     ) -> None:
         self._directory = directory
         self._whole: Catalogue | None = None
-        root = Path(directory) if directory is not None else gres_dir()
+        root = os.fspath(directory) if directory is not None else gres_dir()
         models = []
         for name in dict.fromkeys(names):
-            f = root / f"{name}.json"
-            if f.is_file():
+            f = os.path.join(root, f"{name}.json")
+            if os.path.isfile(f):
                 models.append(_load_file(f))
         super().__init__(models)
 
@@ -496,18 +498,23 @@ class PartialCatalogue(Catalogue):
         return found if found is not None else self.whole().by_pci_device_id(device_id)
 
 
-def _load_file(f: Path) -> GpuModel:
+def _load_file(f: str) -> GpuModel:
     try:
-        data = json.loads(f.read_text())
+        with open(f) as fh:
+            data = json.loads(fh.read())
     except json.JSONDecodeError as e:
         raise CatalogueError(f"{f}: line {e.lineno}: invalid JSON: {e.msg}") from None
-    return parse_model(data, str(f))
+    return parse_model(data, f)
 
 
 def load_catalogue(directory: str | os.PathLike[str] | None = None) -> Catalogue:
     """Load and validate every ``*.json`` file of a catalogue directory."""
-    root = Path(directory) if directory is not None else gres_dir()
-    files = sorted(root.glob("*.json"))
+    root = os.fspath(directory) if directory is not None else gres_dir()
+    try:
+        names = os.listdir(root)
+    except OSError:  # a missing or unreadable directory has no files, as with Path.glob
+        names = []
+    files = sorted(os.path.join(root, n) for n in names if n.endswith(".json"))
     if not files:
         raise CatalogueError(f"{root}: no GPU catalogue files (*.json) found")
     return Catalogue([_load_file(f) for f in files])

@@ -12,9 +12,13 @@ Standard library only: the job hooks use :meth:`HostList.contains`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from itertools import product
+
+from slurmpool.records import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 __all__ = [
     "HostList",
@@ -36,7 +40,7 @@ class HostlistError(ValueError):
     """A malformed hostlist expression."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RangeSet:
     """Names ``prefix + format(n, width) + suffix`` for n in ``intervals``.
 

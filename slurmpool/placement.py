@@ -12,13 +12,16 @@ states per board.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from slurmpool.records import record
 
-from slurmpool.catalogue import GpuInstanceProfile, GpuModel
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from slurmpool.catalogue import GpuInstanceProfile, GpuModel
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@record(frozen=True, slots=True, order=True)
 class Placement:
     start: int
     size: int
@@ -34,7 +37,7 @@ class Placement:
         return f"{self.start}:{self.size}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PlacedInstance:
     """An instance already on a GPU: its profile name and placement."""
 
@@ -228,7 +231,7 @@ def engine_for(model: GpuModel) -> PlacementEngine:
     return eng
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GpuOccupancy:
     """One MIG GPU of a node, as the node-level chooser sees it."""
 
@@ -237,7 +240,7 @@ class GpuOccupancy:
     instances: tuple[PlacedInstance, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class NodeChoice:
     gpu_index: int
     placement: Placement

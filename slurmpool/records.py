@@ -17,9 +17,9 @@ Modules off the hook path (CLI, sandbox, reports) use :mod:`dataclasses`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class _Missing:

@@ -2,32 +2,35 @@
 
 In a wheel, ``gres/`` and ``templates/`` are packaged as ``slurmpool/_data/``;
 in a source checkout (or an editable install) they sit beside the package.
+
+Paths are plain strings: the job hooks import this (through the catalogue),
+and :mod:`pathlib` is a noticeable part of a hook's start-up.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-_PKG = Path(__file__).resolve().parent
+_PKG = os.path.dirname(os.path.realpath(__file__))
 
 
-def _data_dir(name: str) -> Path:
-    packaged = _PKG / "_data" / name
-    if packaged.is_dir():
+def _data_dir(name: str) -> str:
+    packaged = os.path.join(_PKG, "_data", name)
+    if os.path.isdir(packaged):
         return packaged
-    source = _PKG.parent / name
-    if source.is_dir():
+    source = os.path.join(os.path.dirname(_PKG), name)
+    if os.path.isdir(source):
         return source
     raise FileNotFoundError(
         f"slurmpool data directory {name!r} not found in {packaged} or {source}"
     )
 
 
-def gres_dir() -> Path:
+def gres_dir() -> str:
     """The GPU catalogue directory."""
     return _data_dir("gres")
 
 
-def templates_dir() -> Path:
+def templates_dir() -> str:
     """The jinja2 templates directory."""
     return _data_dir("templates")

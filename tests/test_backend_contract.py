@@ -274,6 +274,62 @@ def test_real_nvml_without_driver_is_unavailable() -> None:
         open_backend("nvml")
 
 
+# What the job hooks reach of the GPU layer; Slurm starts a fresh interpreter per hook.
+HOOK_PATH_MODULES = (
+    "slurmpool.gpu.backend",
+    "slurmpool.gpu.nvml",
+    "slurmpool.gpu.select",
+    "slurmpool.sim.nvml",
+    "slurmpool.sim.state",
+    "slurmpool.catalogue",
+    "slurmpool.placement",
+    "slurmpool.state.store",
+)
+
+
+def _modules_after_import(modules: tuple[str, ...]) -> set[str]:
+    """``sys.modules`` after importing ``modules`` as the hook wrapper runs Python (-I -S)."""
+    import pynvml
+
+    paths = [str(Path(__file__).resolve().parent.parent), os.path.dirname(pynvml.__file__)]
+    code = (
+        f"import sys; sys.path[:0] = {paths!r}\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "print(' '.join(sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+def test_hook_path_imports_no_startup_heavy_module() -> None:
+    loaded = _modules_after_import(HOOK_PATH_MODULES)
+    heavy = ("dataclasses", "typing", "pathlib", "inspect")
+    assert [m for m in heavy if m in loaded] == []
+
+
+def test_backend_module_does_not_load_the_rest_of_the_package() -> None:
+    loaded = _modules_after_import(("slurmpool.gpu.backend",))
+    others = ("slurmpool.gpu.nvml", "slurmpool.gpu.select", "slurmpool.gpu.interface")
+    assert [m for m in others if m in loaded] == []
+
+
+def test_package_names_resolve_lazily() -> None:
+    import slurmpool.gpu as gpu
+    from slurmpool.gpu import backend, interface, nvml, select
+
+    assert gpu.GpuBackend is backend.GpuBackend is interface.GpuBackend
+    assert (gpu.NvmlBackend, gpu.open_backend) == (nvml.NvmlBackend, select.open_backend)
+    assert gpu.GpuInfo is backend.GpuInfo
+    assert set(gpu.__all__) <= set(dir(gpu))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        gpu.nope  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        backend.nope  # noqa: B018
+
+
 def test_backend_modules_stay_cheap_to_import() -> None:
     code = (
         "import sys, slurmpool.gpu, slurmpool.sim.workload; "

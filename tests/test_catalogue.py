@@ -103,7 +103,7 @@ def test_non_mig_models_have_memory_only(catalogue: Catalogue) -> None:
 
 
 def test_every_file_cites_a_source() -> None:
-    for f in sorted(gres_dir().glob("*.json")):
+    for f in sorted(Path(gres_dir()).glob("*.json")):
         assert json.loads(f.read_text())["source"].strip(), f
 
 

@@ -104,3 +104,46 @@ def test_import_is_light() -> None:
     modules = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if "|" in line}
     for heavy in ("click", "jinja2", "yaml", "pynvml", "slurmpool.policy", "slurmpool.catalogue"):
         assert heavy not in modules, f"the hook imports {heavy}"
+
+
+# Slow to import and unneeded by a hook (Slurm starts a fresh interpreter for each).
+STARTUP_HEAVY = ("dataclasses", "typing", "pathlib", "inspect")
+
+
+def _imported_by(modules: list[str], watch: tuple[str, ...]) -> list[str]:
+    """Which of ``watch`` importing ``modules`` pulls in, as the installed wrapper runs
+    Python (``-I -S``: no site, so nothing else is imported on the side)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    code = (
+        f"import sys; sys.path.insert(0, {root!r})\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + f"print(','.join(m for m in {watch!r} if m in sys.modules))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    return [m for m in res.stdout.strip().split(",") if m]
+
+
+def test_task_prolog_imports_no_startup_heavy_module() -> None:
+    watch = (*STARTUP_HEAVY, "collections.abc", "contextlib", "subprocess", "sqlite3")
+    assert _imported_by(["slurmpool.hooks.__main__", "slurmpool.pooling.jobfile"], watch) == []
+
+
+def test_prolog_and_epilog_import_no_startup_heavy_module() -> None:
+    modules = [
+        "slurmpool.hooks.__main__",
+        "slurmpool.pooling.prolog",
+        "slurmpool.pooling.epilog",
+        "slurmpool.pooling.requeue",
+        "slurmpool.pooling.slurmjob",
+        "slurmpool.accounting.enqueue",
+    ]
+    assert _imported_by(modules, STARTUP_HEAVY) == []
+
+
+def test_prolog_common_path_runs_no_subprocess_module() -> None:
+    # scontrol (slurm.runner, subprocess) only for a request not in SLURM_JOB_EXTRA or a requeue.
+    watch = ("subprocess", "slurmpool.slurm.runner", "slurmpool.slurm.parse")
+    assert _imported_by(["slurmpool.hooks.__main__", "slurmpool.pooling.prolog"], watch) == []

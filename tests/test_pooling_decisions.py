@@ -3,10 +3,11 @@ checks, AdminComment composition, exports."""
 
 from __future__ import annotations
 
-import dataclasses
+from pathlib import Path
 
 import pytest
 
+from slurmpool import records
 from slurmpool.catalogue import Catalogue
 from slurmpool.configgen.nodeconfig import PoolingPolicy, parse_node_config
 from slurmpool.gpu.backend import GpuInfo
@@ -233,7 +234,7 @@ def test_exports_per_mode() -> None:
     lines = exports([share])
     assert "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in lines
     assert "export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=12000M" in lines
-    no_mps = dataclasses.replace(share, details={"total_shares": 4, "mps": False, "memory_mib": 1})
+    no_mps = records.replace(share, details={"total_shares": 4, "mps": False, "memory_mib": 1})
     assert not any("MPS" in line for line in exports([no_mps]))
     assert exports([]) == []
 
@@ -255,7 +256,7 @@ def test_export_lines_refuse_hostile_values(name: str, value: str) -> None:
 def test_job_file_refuses_odd_job_ids(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(JobFileError):
         job_file(tmp_path, "../etc/passwd")
-    assert job_file(tmp_path, "12_3").name == "12_3.env"
+    assert Path(job_file(tmp_path, "12_3")).name == "12_3.env"
 
 
 @pytest.mark.parametrize(

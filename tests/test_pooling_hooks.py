@@ -145,7 +145,7 @@ def test_prolog_killed_at_each_step_is_reconciled(pool: Pool, point: str) -> Non
     assert profiles == ["1g.10gb", "1g.10gb"]  # the 2g is gone
     assert neighbour[0] in pool.instances()
     for minor in range(3, 3 + 9 * 15 * 2):  # every GI/CI file of GPUs 0-1 not in use
-        path = caps.cap_path(pool.dev, minor)
+        path = Path(caps.cap_path(pool.dev, minor))
         if path.exists() and caps.owner(pool.dev, minor)[0] not in (0, 1000):
             pytest.fail(f"{path} left with another owner")
     # The crashed job's epilog later: no error.

@@ -59,4 +59,4 @@ def test_migrates_from_core_schema_1(tmp_path: Path) -> None:
 def test_open_node_store_is_root_only(tmp_path: Path) -> None:
     with open_node_store(tmp_path, "sbx1") as store:
         assert store.path == store_path(tmp_path, "sbx1")
-    assert store_path(tmp_path, "sbx1").stat().st_mode & 0o777 == 0o600
+    assert Path(store_path(tmp_path, "sbx1")).stat().st_mode & 0o777 == 0o600

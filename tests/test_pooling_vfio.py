@@ -32,10 +32,10 @@ class FakeKernel(vfio.Sysfs):
         self._bind("nvidia")
 
     def _dev(self) -> Path:
-        return self.root / "bus/pci/devices" / ADDR
+        return Path(self.root) / "bus/pci/devices" / ADDR
 
     def _bind(self, driver: str) -> None:
-        os.symlink(self.root / "bus/pci/drivers" / driver, self._dev() / "driver")
+        os.symlink(Path(self.root) / "bus/pci/drivers" / driver, self._dev() / "driver")
 
     def write(self, rel: str, text: str) -> None:
         super().write(rel, text)
@@ -91,7 +91,7 @@ def test_bind_fails_clearly_without_vfio_pci(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 def test_group_device_goes_to_the_user_and_back(tmp_path: Path) -> None:
     (tmp_path / "37").write_text("")
-    path = vfio.hand_group(tmp_path, "37", 1234)
+    path = Path(vfio.hand_group(tmp_path, "37", 1234))
     assert (path.stat().st_uid, path.stat().st_mode & 0o777) == (1234, 0o600)
     vfio.restore_group(tmp_path, "37")
     assert path.stat().st_uid == 0

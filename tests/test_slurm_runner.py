@@ -89,3 +89,28 @@ def test_child_env_is_explicit(bin_dir: Path) -> None:
         assert Runner(search_path=[str(bin_dir)]).run("envdump").stdout == "unset\n"
     finally:
         del os.environ["SLURMPOOL_TEST_LEAK"]
+
+
+def test_package_names_load_lazily_from_their_submodule() -> None:
+    import subprocess
+    import sys
+
+    import slurmpool.slurm as pkg
+    from slurmpool.slurm import parse, runner, version
+
+    for name in pkg.__all__:
+        value = getattr(pkg, name)
+        assert any(getattr(m, name, None) is value for m in (parse, runner, version)), name
+    with pytest.raises(AttributeError):
+        _ = pkg.no_such_name  # type: ignore[attr-defined]
+    root = str(Path(pkg.__file__).resolve().parents[2])
+    code = (
+        f"import sys; sys.path.insert(0, {root!r})\n"
+        "import slurmpool.slurm.runner\n"
+        "print(sorted(m for m in ('slurmpool.slurm.parse', 'slurmpool.slurm.version')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"

@@ -31,7 +31,10 @@ import base64
 import json
 import re
 import zlib
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PREFIX = "sp1:"
 _OTHER_VERSION = re.compile(r"^sp([0-9]+):", re.I)

@@ -6,14 +6,20 @@ the slurmd Epilog, before the job's instance is destroyed.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from slurmpool.accounting import outbox
 from slurmpool.accounting.summary import Carved, node_summary
 from slurmpool.monitor.samples import DeviceTotals, job_samples, job_totals
-from slurmpool.state.store import Allocation, NodeStore, open_node_store, store_path
+from slurmpool.state.store import open_node_store, store_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from slurmpool.state.store import Allocation, NodeStore
 
 _KIND = {"mig": "mig", "shared": "share", "passthrough": "gpu"}
 
@@ -178,7 +184,7 @@ def enqueue_from_hook(
     Returns the summary part, or None for a job with neither allocations nor
     samples on this node (a CPU job) or a node without a state store.
     """
-    if not store_path(state_dir, node).exists():
+    if not os.path.exists(store_path(state_dir, node)):
         return None
     with open_node_store(state_dir, node) as store:
         allocations = store.for_job(job_id, include_released=True)

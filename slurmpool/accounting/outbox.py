@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
-from typing import Any
 
-from slurmpool.state.store import NodeStore, register_migrations
+from slurmpool.records import record
+from slurmpool.state.store import register_migrations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurmpool.state.store import NodeStore
 
 COMPONENT = "accounting"
 
@@ -43,7 +48,7 @@ register_migrations(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Pending:
     """A summary waiting in the outbox."""
 

@@ -28,18 +28,22 @@ twice never duplicates anything.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from slurmpool.monitor.samples import DeviceSample, DeviceTotals
+from slurmpool.records import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any
+
+    from slurmpool.monitor.samples import DeviceSample, DeviceTotals
 
 SUMMARY_VERSION = 1
 TIMELINE_POINTS = 48
 NA = "n/a"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Carved:
     """What the hooks gave the job on one GPU (from an allocation record)."""
 
@@ -216,7 +220,7 @@ def contains(document: Mapping[str, Any], node: str, part: Mapping[str, Any]) ->
 # -- reading a summary back ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DeviceUse:
     """One device of a decoded summary, with its weight within a GPU."""
 

@@ -14,6 +14,10 @@ import click
 from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
 from slurmpool.cli.nodeopts import node_context, node_options, slurm_runner
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.monitor.samples import DeviceSample
+
 
 def _log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -180,8 +184,7 @@ def monitord(
     sys.stdout.flush()
 
 
-def _sample_json(s: object) -> dict[str, object]:
-    from dataclasses import asdict, is_dataclass
+def _sample_json(s: DeviceSample) -> dict[str, object]:
+    from slurmpool.records import asdict
 
-    assert is_dataclass(s) and not isinstance(s, type)
     return asdict(s)

@@ -77,7 +77,7 @@ def node_context(node_config: Path, node: str | None, state_db: Path | None) -> 
         usage_error(f"{e} (pass --node-config PATH)")
     name = node_name(node)
     try:
-        path = state_db or store_path(config.path("state_dir"), name)
+        path = state_db or Path(store_path(config.path("state_dir"), name))
     except StateStoreError as e:
         usage_error(f"{e} (pass --node NAME)")
     return NodeContext(config, node_config, name, path, raw)

@@ -6,15 +6,14 @@ import :mod:`slurmpool.configgen.nodeconfig` and must not pay for jinja2.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from slurmpool.configgen.render import GeneratedConfig, generate
 
 __all__ = ["GeneratedConfig", "generate"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in __all__:
         from slurmpool.configgen import render
 

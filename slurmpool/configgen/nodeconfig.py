@@ -2,18 +2,22 @@
 
 Everything a hook needs at job time, without the policy, YAML, jinja2 or
 the catalogue: the hooks load this on every job start, so this module
-imports only the standard library and :mod:`slurmpool.hostlist`.
+imports only the standard library, :mod:`slurmpool.hostlist` and
+:mod:`slurmpool.records` (neither :mod:`dataclasses`, :mod:`typing` nor
+:mod:`pathlib`: see :mod:`slurmpool.records`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from slurmpool.hostlist import HostList
+from slurmpool.records import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 NODE_CONFIG_SCHEMA = 1
 NODE_CONFIG_NAME = "node-config.json"
@@ -23,7 +27,7 @@ class NodeConfigError(ValueError):
     """The node config is missing, unreadable or of another schema."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class NodeGpu:
     index: int
     minor: int
@@ -40,7 +44,7 @@ class NodeGpu:
         return self.mode in ("mig", "shared")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeClassConfig:
     name: str
     hostlist: str
@@ -70,7 +74,7 @@ DEFAULT_PATHS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PoolingPolicy:
     """Job-time pooling knobs.  Every field has a safe default, so node configs
     written before a knob existed still load.
@@ -107,7 +111,7 @@ def _pooling(d: Any) -> PoolingPolicy:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeConfig:
     cluster: str
     gpu_backend: str
@@ -192,11 +196,12 @@ def parse_node_config(data: Any, source: str = NODE_CONFIG_NAME) -> NodeConfig:
 
 def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     """Read ``node-config.json`` (written by ``generate-config`` / ``install``)."""
-    p = Path(path)
+    p = os.fspath(path)
     try:
-        data = json.loads(p.read_text())
+        with open(p) as f:
+            data = json.loads(f.read())
     except OSError as err:
         raise NodeConfigError(f"{p}: cannot read: {err.strerror}") from None
     except json.JSONDecodeError as err:
         raise NodeConfigError(f"{p}: line {err.lineno}: invalid JSON: {err.msg}") from None
-    return parse_node_config(data, str(p))
+    return parse_node_config(data, p)

@@ -9,18 +9,23 @@ builds it from a spec string.
 Also here: the parser for the driver's ``mig-minors`` table, which maps MIG
 capabilities to ``/dev/nvidia-caps/nvidia-cap<n>`` minors.
 
-Standard library only (plus the pure placement engine): the job hooks import
-this on every job start.
+Standard library only: the job hooks import this on every job start.  The
+:class:`GpuBackend` protocol itself lives in :mod:`slurmpool.gpu.interface`
+(it needs :mod:`typing`) and is imported from here on first use.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
-from typing import Protocol
 
-from slurmpool.placement import Placement
+from slurmpool.records import field, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
+
+    from slurmpool.gpu.interface import GpuBackend as GpuBackend
+    from slurmpool.placement import Placement
 
 # -- errors -------------------------------------------------------------------
 
@@ -64,7 +69,7 @@ class InvalidRequestError(GpuBackendError):
 # -- data -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GpuInfo:
     """One physical GPU.  ``model`` is the catalogue name, None if the catalogue lacks it.
 
@@ -88,7 +93,7 @@ class GpuInfo:
     cpu_affinity: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class MigInstance:
     """One MIG instance: a GPU instance and (normally) its compute instance.
 
@@ -111,7 +116,7 @@ class MigInstance:
     memory_used_mib: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ProcessInfo:
     pid: int
     used_memory_mib: int | None
@@ -119,7 +124,7 @@ class ProcessInfo:
     ci_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class MemoryInfo:
     total_mib: int
     used_mib: int
@@ -129,7 +134,7 @@ class MemoryInfo:
         return self.total_mib - self.used_mib
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class SmSample:
     """A GPM sample of a GPU or one GPU instance (Hopper and later).
 
@@ -143,73 +148,13 @@ class SmSample:
     handle: object = field(repr=False)
 
 
-class GpuBackend(Protocol):
-    """The GPUs of one node."""
+def __getattr__(name: str) -> object:
+    # GpuBackend is for type checkers; importing it at runtime is rare (tests).
+    if name == "GpuBackend":
+        from slurmpool.gpu.interface import GpuBackend
 
-    @property
-    def name(self) -> str:
-        """The spec this backend was opened with, e.g. ``nvml`` or ``sim:/path``."""
-        ...
-
-    def close(self) -> None: ...
-
-    def driver_version(self) -> str: ...
-
-    def gpus(self) -> list[GpuInfo]: ...
-
-    def gpu(self, index: int) -> GpuInfo: ...
-
-    def instances(self, gpu_index: int) -> list[MigInstance]:
-        """The MIG instances of a GPU (empty when MIG is off), by GI id."""
-        ...
-
-    def create_instance(self, gpu_index: int, profile: str, placement: Placement) -> MigInstance:
-        """Create a GPU instance at ``placement`` and its full-size compute instance.
-
-        ``profile`` is a catalogue profile name (``3g.40gb``) or size
-        (``3g``).  Raises :class:`NoRoomError` when the placement overlaps
-        an existing instance.  A half-created instance is destroyed again.
-        """
-        ...
-
-    def destroy_instance(self, gpu_index: int, gi_id: int) -> bool:
-        """Destroy the compute instances, then the GPU instance ``gi_id``.
-
-        Resumable: a GPU instance whose compute instances are already gone
-        is destroyed; one that is gone already returns False.  Raises
-        :class:`InUseError` while processes run on it.
-        """
-        ...
-
-    def set_mig_mode(self, gpu_index: int, enabled: bool) -> bool:
-        """Set the MIG mode; True if it applied now, False if it waits for a GPU reset."""
-        ...
-
-    def processes(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessInfo]:
-        """Compute processes on a GPU, or on one of its GPU instances."""
-        ...
-
-    def utilization(self, gpu_index: int) -> int | None:
-        """GPU utilisation in percent; None where NVML does not report it (MIG mode)."""
-        ...
-
-    def memory(self, gpu_index: int) -> MemoryInfo: ...
-
-    def instance_memory(self, gpu_index: int, gi_id: int) -> MemoryInfo: ...
-
-    def power_mw(self, gpu_index: int) -> int | None: ...
-
-    def energy_mj(self, gpu_index: int) -> int | None: ...
-
-    def sm_sample(self, gpu_index: int, gi_id: int | None = None) -> SmSample | None:
-        """A GPM sample, or None where GPM is not supported (before Hopper)."""
-        ...
-
-    def sm_utilization(self, first: SmSample, second: SmSample) -> float | None:
-        """SM utilisation in percent between two samples of the same device."""
-        ...
-
-    def free_sm_sample(self, sample: SmSample) -> None: ...
+        return GpuBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- mig-minors ----------------------------------------------------------------
@@ -217,7 +162,7 @@ class GpuBackend(Protocol):
 MIG_MINORS_PATH = "/proc/driver/nvidia-caps/mig-minors"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class MigMinors:
     """The parsed ``mig-minors`` table.  Keys of ``caps`` are
     ``(gpu_minor, gi_id, None)`` for GPU instances and

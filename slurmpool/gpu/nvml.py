@@ -21,13 +21,11 @@ Notes on real NVML that shape the code:
 
 from __future__ import annotations
 
-import contextlib
+import contextlib  # pynvml imports it anyway
 import ctypes
 import os
-from pathlib import Path
-from typing import Any
 
-from slurmpool.catalogue import Catalogue, CatalogueError, GpuModel, default_catalogue
+from slurmpool.catalogue import CatalogueError, default_catalogue
 from slurmpool.gpu.backend import (
     MIG_MINORS_PATH,
     BackendUnavailable,
@@ -47,6 +45,12 @@ from slurmpool.gpu.backend import (
     parse_mig_minors,
 )
 from slurmpool.placement import Placement
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurmpool.catalogue import Catalogue, GpuModel
 
 _MIB = 1024 * 1024
 _NA_UINT = 0xFFFFFFFF
@@ -81,7 +85,7 @@ class NvmlBackend:
     ) -> None:
         self._nv = nvml
         self._name = name
-        self._minors_path = Path(mig_minors_path) if mig_minors_path is not None else None
+        self._minors_path = os.fspath(mig_minors_path) if mig_minors_path is not None else None
         self._minors: MigMinors | None = None
         self._minors_loaded = False
         self._catalogue = catalogue
@@ -179,7 +183,8 @@ class NvmlBackend:
             self._minors_loaded = True
             if self._minors_path is not None:
                 try:
-                    text = self._minors_path.read_text()
+                    with open(self._minors_path) as f:
+                        text = f.read()
                 except OSError:
                     return None
                 gpus = [
@@ -187,7 +192,7 @@ class NvmlBackend:
                     for i in range(self._count)
                 ]
                 try:
-                    self._minors = parse_mig_minors(text, str(self._minors_path), gpus)
+                    self._minors = parse_mig_minors(text, self._minors_path, gpus)
                 except ValueError as e:
                     raise GpuBackendError(str(e)) from None
         return self._minors

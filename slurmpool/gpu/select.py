@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 
-from slurmpool.catalogue import Catalogue
 from slurmpool.gpu.backend import MIG_MINORS_PATH, BackendUnavailable, GpuBackendError
 from slurmpool.gpu.nvml import NvmlBackend
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.catalogue import Catalogue
 
 DEFAULT_SPEC = "nvml"
 SIM_PREFIX = "sim:"

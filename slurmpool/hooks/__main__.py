@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TextIO
 
 from slurmpool.configgen.nodeconfig import NodeConfigError, load_node_config
 from slurmpool.hooks.context import HookContext, JobEnv
 from slurmpool.hooks.dispatch import HOOKS
 from slurmpool.hooks.log import HookLog
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import TextIO
 
 USAGE = (
     "usage: python -m slurmpool.hooks {" + "|".join(HOOKS) + "} "

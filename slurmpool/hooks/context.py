@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from slurmpool.records import record
 
-from slurmpool.configgen.nodeconfig import NodeConfig
-from slurmpool.hooks.log import HookLog
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from slurmpool.configgen.nodeconfig import NodeConfig
+    from slurmpool.hooks.log import HookLog
 
 # Variables the hooks read, in the order they are logged.
 JOB_VARS = (
@@ -23,7 +26,7 @@ JOB_VARS = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class JobEnv:
     job_id: str | None
     uid: int | None
@@ -52,7 +55,7 @@ class JobEnv:
         )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HookContext:
     hook: str
     env: Mapping[str, str]

@@ -10,17 +10,18 @@ prolog never loads the GPU backend or the state store.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from slurmpool.hooks.context import HookContext
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeAlias
+
     from slurmpool.gpu.backend import GpuBackend
+    from slurmpool.hooks.context import HookContext
     from slurmpool.pooling.node import Job, Node
     from slurmpool.pooling.slurmjob import SlurmJobs
 
-HookFn = Callable[[HookContext], int]
+    HookFn: TypeAlias = Callable[[HookContext], int]
 
 
 def _node_fields(ctx: HookContext) -> dict[str, object]:

@@ -7,13 +7,15 @@ line or forge a field.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Mapping
-from typing import TextIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TextIO
 
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/@+-,[]")
 
@@ -69,8 +71,10 @@ class HookLog:
         )
         if self._syslog is not None:
             priority = self._syslog.LOG_ERR if level == "error" else self._syslog.LOG_INFO
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 (contextlib stays off the hook path)
                 self._syslog.syslog(priority, line)
+            except OSError:
+                pass
         try:
             self.stream.write(f"slurmpool: {line}\n")
             self.stream.flush()

@@ -18,12 +18,17 @@ Standard library only: the epilog reads these tables.
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
-from slurmpool.state.store import NodeStore, register_migrations
+from slurmpool.records import record
+from slurmpool.state.store import register_migrations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Iterable, Sequence
+
+    from slurmpool.state.store import NodeStore
 
 COMPONENT = "monitor"
 WHOLE_GPU = -1  # gi_id stored for a whole GPU (a key column cannot be NULL)
@@ -88,7 +93,7 @@ register_migrations(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DeviceSample:
     """One device (whole GPU, MIG instance or share) in one pass, attributed to a job or not.
 
@@ -119,7 +124,7 @@ class DeviceSample:
     uuid: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DeviceTotals:
     """Running totals of one job on one device (a row of ``job_device_totals``)."""
 
@@ -305,7 +310,7 @@ def forget_job(store: NodeStore, job_ids: Iterable[str]) -> None:
         conn.executemany("DELETE FROM job_device_totals WHERE job_id = ?", [(j,) for j in job_ids])
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Retention:
     """How much raw history to keep: rows newer than ``max_age_s``, at most ``max_rows``.
 

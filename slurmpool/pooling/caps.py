@@ -10,8 +10,10 @@ them back to root (0400).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 CAP_MODE = 0o400
 
@@ -20,11 +22,11 @@ class CapsError(OSError):
     """A capability file is missing or cannot be changed."""
 
 
-def cap_path(devices_root: str | os.PathLike[str], minor: int) -> Path:
-    return Path(devices_root) / "nvidia-caps" / f"nvidia-cap{minor}"
+def cap_path(devices_root: str | os.PathLike[str], minor: int) -> str:
+    return os.path.join(os.fspath(devices_root), "nvidia-caps", f"nvidia-cap{minor}")
 
 
-def _set(devices_root: str | os.PathLike[str], minors: Iterable[int], uid: int) -> list[Path]:
+def _set(devices_root: str | os.PathLike[str], minors: Iterable[int], uid: int) -> list[str]:
     done = []
     for minor in minors:
         path = cap_path(devices_root, minor)
@@ -42,18 +44,18 @@ def _set(devices_root: str | os.PathLike[str], minors: Iterable[int], uid: int) 
     return done
 
 
-def grant(devices_root: str | os.PathLike[str], minors: Iterable[int], uid: int) -> list[Path]:
+def grant(devices_root: str | os.PathLike[str], minors: Iterable[int], uid: int) -> list[str]:
     """Make the capability files readable by ``uid`` (and root) only."""
     return _set(devices_root, minors, uid)
 
 
-def restore(devices_root: str | os.PathLike[str], minors: Iterable[int]) -> list[Path]:
+def restore(devices_root: str | os.PathLike[str], minors: Iterable[int]) -> list[str]:
     """Give the capability files back to root only; missing files are skipped."""
-    existing = [m for m in minors if cap_path(devices_root, m).exists()]
+    existing = [m for m in minors if os.path.exists(cap_path(devices_root, m))]
     return _set(devices_root, existing, 0)
 
 
 def owner(devices_root: str | os.PathLike[str], minor: int) -> tuple[int, int]:
     """``(uid, mode)`` of one capability file (for status and tests)."""
-    st = cap_path(devices_root, minor).stat()
+    st = os.stat(cap_path(devices_root, minor))
     return st.st_uid, st.st_mode & 0o7777

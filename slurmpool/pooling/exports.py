@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from slurmpool.pooling.jobfile import export_line
 from slurmpool.pooling.shared import mps_env
-from slurmpool.state.store import Allocation
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from slurmpool.state.store import Allocation
 
 
 def exports(allocations: Sequence[Allocation]) -> list[str]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 JOBS_DIR = "jobs"
 _NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -26,23 +28,27 @@ class JobFileError(ValueError):
     """An export line or job id is not one slurmpool writes."""
 
 
-def jobs_dir(run_dir: str | os.PathLike[str]) -> Path:
-    return Path(run_dir) / JOBS_DIR
+def jobs_dir(run_dir: str | os.PathLike[str]) -> str:
+    return os.path.join(os.fspath(run_dir), JOBS_DIR)
 
 
-def job_file(run_dir: str | os.PathLike[str], job_id: str) -> Path:
+def job_file(run_dir: str | os.PathLike[str], job_id: str) -> str:
     if not _JOB_RE.match(job_id):
         raise JobFileError(f"job id {job_id!r} is not a Slurm job id")
-    return jobs_dir(run_dir) / f"{job_id}.env"
+    return os.path.join(jobs_dir(run_dir), f"{job_id}.env")
 
 
-def _ensure_jobs_dir(run_dir: str | os.PathLike[str]) -> Path:
+def _ensure_jobs_dir(run_dir: str | os.PathLike[str]) -> str:
     """``<run_dir>/jobs``, created if missing (``run_dir`` 0755, ``jobs`` 0711, root's)."""
     d = jobs_dir(run_dir)
-    if not d.is_dir():
+    if not os.path.isdir(d):
         os.makedirs(run_dir, mode=0o755, exist_ok=True)
-        d.mkdir(mode=0o711, exist_ok=True)
-    st = d.stat()
+        try:
+            os.mkdir(d, 0o711)
+        except OSError:  # as Path.mkdir(exist_ok=True)
+            if not os.path.isdir(d):
+                raise
+    st = os.stat(d)
     if st.st_mode & 0o7777 != 0o711:
         os.chmod(d, 0o711)
     if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
@@ -56,11 +62,11 @@ def export_line(name: str, value: str) -> str:
     return f"export {name}={value}"
 
 
-def write(run_dir: str | os.PathLike[str], job_id: str, uid: int, lines: Sequence[str]) -> Path:
+def write(run_dir: str | os.PathLike[str], job_id: str, uid: int, lines: Sequence[str]) -> str:
     """Write the job's export lines atomically, readable by ``uid`` only."""
     path = job_file(run_dir, job_id)
-    _ensure_jobs_dir(run_dir)
-    tmp = path.with_name(f".{path.name}.tmp")
+    d = _ensure_jobs_dir(run_dir)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
@@ -69,7 +75,10 @@ def write(run_dir: str | os.PathLike[str], job_id: str, uid: int, lines: Sequenc
         os.chmod(tmp, 0o400)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        try:  # noqa: SIM105 (contextlib stays off the hook path)
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
         raise
     return path
 
@@ -82,7 +91,8 @@ def read(run_dir: str | os.PathLike[str], job_id: str) -> str | None:
     """
     path = job_file(run_dir, job_id)
     try:
-        return path.read_text()
+        with open(path) as f:
+            return f.read()
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -94,7 +104,7 @@ def read(run_dir: str | os.PathLike[str], job_id: str) -> str | None:
 
 def remove(run_dir: str | os.PathLike[str], job_id: str) -> bool:
     try:
-        job_file(run_dir, job_id).unlink()
+        os.unlink(job_file(run_dir, job_id))
     except FileNotFoundError:
         return False
     return True

@@ -8,16 +8,21 @@ A GPU's occupancy is the union of the placements of its live records
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from slurmpool.catalogue import CatalogueError
+from slurmpool.placement import GpuOccupancy, PlacedInstance, Placement, choose_gpu
+from slurmpool.records import record
 
-from slurmpool.catalogue import CatalogueError, GpuModel
-from slurmpool.gpu.backend import MigInstance
-from slurmpool.placement import GpuOccupancy, NodeChoice, PlacedInstance, Placement, choose_gpu
-from slurmpool.state.store import Allocation
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from slurmpool.catalogue import GpuModel
+    from slurmpool.gpu.backend import MigInstance
+    from slurmpool.placement import NodeChoice
+    from slurmpool.state.store import Allocation
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class MigGpu:
     """One ``mig``-mode GPU of the node: config index, catalogue model, GPU UUID."""
 

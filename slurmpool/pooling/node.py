@@ -9,31 +9,37 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
-from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeConfig, NodeGpu
-from slurmpool.gpu.backend import GpuBackend, InvalidRequestError
-from slurmpool.state.store import NodeStore, open_node_store
+from slurmpool.gpu.backend import InvalidRequestError
+from slurmpool.records import field, record
+from slurmpool.state.store import open_node_store
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Protocol
+
     from slurmpool.catalogue import Catalogue
+    from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeConfig, NodeGpu
+    from slurmpool.gpu.backend import GpuBackend
+    from slurmpool.state.store import NodeStore
+
+    class EventLog(Protocol):
+        """One structured line per action (:class:`slurmpool.hooks.log.HookLog`).
+
+        For type checkers only: the hooks never import :mod:`typing`.
+        """
+
+        def event(
+            self,
+            action: str,
+            fields: Mapping[str, object] | None = None,
+            level: str = "info",
+            **more: object,
+        ) -> str: ...
+
 
 FAULTS_DIR = "faults"
-
-
-class EventLog(Protocol):
-    """One structured line per action (:class:`slurmpool.hooks.log.HookLog`)."""
-
-    def event(
-        self,
-        action: str,
-        fields: Mapping[str, object] | None = None,
-        level: str = "info",
-        **more: object,
-    ) -> str: ...
 
 
 class Broken(RuntimeError):
@@ -43,14 +49,14 @@ class Broken(RuntimeError):
     """
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Job:
     job_id: str
     uid: int
     user: str
 
 
-@dataclass
+@record
 class Deadline:
     """A hook's own time bound, below the wrapper's hard ``timeout``."""
 
@@ -64,7 +70,7 @@ class Deadline:
         return self.left() <= 0
 
 
-@dataclass
+@record
 class Node:
     name: str
     config: NodeConfig
@@ -78,8 +84,8 @@ class Node:
     _catalogue: Catalogue | None = None
 
     @property
-    def state_dir(self) -> Path:
-        return Path(self.config.path("state_dir"))
+    def state_dir(self) -> str:
+        return self.config.path("state_dir")
 
     @property
     def run_dir(self) -> str:
@@ -146,7 +152,7 @@ class Node:
         """Crash-test seam: SIGKILL this hook at ``point`` when ``<state_dir>/faults/<point>``
         exists (one-shot: the file is removed first).  Only root can create it."""
         try:
-            (self.state_dir / FAULTS_DIR / point).unlink()
+            os.unlink(os.path.join(self.state_dir, FAULTS_DIR, point))
         except OSError:
             return
         os.kill(os.getpid(), signal.SIGKILL)

@@ -8,10 +8,11 @@ against a PID reused by an unrelated process.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from slurmpool.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Owner:
     pid: int
     start: int | None

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from slurmpool.configgen.nodeconfig import STRAY_KILL
+from slurmpool.records import record
 
-from slurmpool.configgen.nodeconfig import STRAY_KILL, PoolingPolicy
-from slurmpool.gpu.backend import GpuInfo
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from slurmpool.configgen.nodeconfig import PoolingPolicy
+    from slurmpool.gpu.backend import GpuInfo
 
 OK = "ok"
 DISABLE_MIG = "disable-mig"
@@ -15,7 +19,7 @@ REFUSE = "refuse"  # requeue the job: the GPU is busy, not broken
 BROKEN = "broken"  # drain: an admin must act
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Decision:
     action: str
     reason: str = ""

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
 
 from slurmpool.pooling.owner import start_time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 
 def stop_processes(

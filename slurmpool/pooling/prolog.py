@@ -13,18 +13,13 @@ drains the node.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from slurmpool.configgen.nodeconfig import NodeGpu
 from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError, NoRoomError
-from slurmpool.placement import GpuOccupancy, engine_for
+from slurmpool.placement import engine_for
 from slurmpool.placement import occupancy as occupancy_mask
 from slurmpool.pooling import caps, jobfile, owner, passthrough, vfio
 from slurmpool.pooling.exports import exports
 from slurmpool.pooling.mig import MigGpu, occupancy, plan_instances
-from slurmpool.pooling.node import Broken, Job, Node
+from slurmpool.pooling.node import Broken
 from slurmpool.pooling.procs import stop_processes
 from slurmpool.pooling.reconcile import reconcile
 from slurmpool.pooling.release import ReleaseError, undo
@@ -38,14 +33,23 @@ from slurmpool.pooling.request import (
 )
 from slurmpool.pooling.shared import SharedGpu, choose
 from slurmpool.pooling.text import clean
+from slurmpool.records import record
 from slurmpool.state.store import ACTIVE, RELEASED, NewAllocation, StateStoreError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import TypeAlias
+
+    from slurmpool.configgen.nodeconfig import NodeGpu
+    from slurmpool.placement import GpuOccupancy
+    from slurmpool.pooling.node import Job, Node
+
     # Slurm access is imported only when a call is made (off the common path).
     from slurmpool.pooling.slurmjob import SlurmJobs
     from slurmpool.slurm.parse import Gres, JobInfo
 
-SlurmFactory = Callable[[], "SlurmJobs"]
+    SlurmFactory: TypeAlias = Callable[[], SlurmJobs]
 
 
 class NoRoom(Exception):
@@ -56,7 +60,7 @@ class NeverHere(Exception):
     """Not on this node, ever (a request job_submit.lua should have refused)."""
 
 
-@dataclass
+@record
 class _Request:
     count: int
     source: str

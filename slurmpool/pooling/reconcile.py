@@ -15,18 +15,23 @@ a running prolog creates already has its committed intent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-
-from slurmpool.gpu.backend import GpuBackendError, MigInstance
+from slurmpool.gpu.backend import GpuBackendError
 from slurmpool.pooling import owner
 from slurmpool.pooling.mig import instance_of
-from slurmpool.pooling.node import Node
 from slurmpool.pooling.release import ReleaseError, destroy, undo
-from slurmpool.state.store import ACTIVE, RELEASED, Allocation
+from slurmpool.records import record
+from slurmpool.state.store import ACTIVE, RELEASED
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from slurmpool.gpu.backend import MigInstance
+    from slurmpool.pooling.node import Node
+    from slurmpool.state.store import Allocation
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ReconcilePlan:
     finish: tuple[Allocation, ...]  # records left half-way by a dead hook
     orphans: tuple[tuple[int, MigInstance], ...]  # (config GPU index, instance)

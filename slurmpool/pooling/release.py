@@ -9,22 +9,26 @@ all fine.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
-from slurmpool.configgen.nodeconfig import NodeGpu
-from slurmpool.gpu.backend import InUseError, MigInstance
+from slurmpool.gpu.backend import InUseError
 from slurmpool.pooling import caps, vfio
 from slurmpool.pooling.mig import instance_of
-from slurmpool.pooling.node import Node
 from slurmpool.pooling.procs import stop_processes
-from slurmpool.state.store import Allocation
+from slurmpool.records import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.configgen.nodeconfig import NodeGpu
+    from slurmpool.gpu.backend import MigInstance
+    from slurmpool.pooling.node import Node
+    from slurmpool.state.store import Allocation
 
 
 class ReleaseError(RuntimeError):
     """An allocation could not be undone within the hook's time bound."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Undone:
     record_id: int
     detail: str

@@ -10,13 +10,14 @@ the prolog as ``SLURM_JOB_EXTRA``; otherwise the prolog reads
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeGpu
+from slurmpool.records import record
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeGpu
     from slurmpool.slurm.parse import Gres
 
 EXTRA_PREFIX = "slurmpool:vgpu="
@@ -30,7 +31,7 @@ class RequestError(ValueError):
     """The job's request cannot be served on this node (a message for the log)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class VgpuRequest:
     """``count`` vgpu units per node (0: none), and where the count came from."""
 

@@ -10,11 +10,14 @@ admin (or accounting) put there, so that comment keeps its meaning.
 
 from __future__ import annotations
 
-from slurmpool.pooling.node import EventLog, Job
-from slurmpool.pooling.slurmjob import SlurmJobs
 from slurmpool.pooling.text import clean
 from slurmpool.slurm.runner import SlurmCommandError
-from slurmpool.state.store import NodeStore
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.pooling.node import EventLog, Job
+    from slurmpool.pooling.slurmjob import SlurmJobs
+    from slurmpool.state.store import NodeStore
 
 MARKER = "slurmpool:"
 SEPARATOR = " | "

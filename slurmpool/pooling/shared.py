@@ -3,13 +3,16 @@ the MPS limits that go with them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from slurmpool.records import record
 
-from slurmpool.state.store import Allocation
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from slurmpool.state.store import Allocation
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SharedGpu:
     index: int
     uuid: str

@@ -7,16 +7,20 @@ Each call is bounded (``timeout_s``); failures raise
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
 
-from slurmpool.slurm.parse import JobInfo, parse_jobs
+from slurmpool.records import record
 from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner, SlurmCommandError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from slurmpool.slurm.parse import JobInfo
 
 DEFAULT_TIMEOUT_S = 10.0
 
 
-@dataclass
+@record
 class SlurmJobs:
     runner: Runner
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -34,6 +38,8 @@ class SlurmJobs:
         return cls(runner, timeout_s)
 
     def show_job(self, job_id: str) -> JobInfo:
+        from slurmpool.slurm.parse import parse_jobs  # only here: a requeue needs no parser
+
         res = self.runner.run("scontrol", "show", "job", "-d", job_id, timeout=self.timeout_s)
         jobs = [j for j in parse_jobs(res.stdout) if str(j.job_id) == job_id]
         if not jobs:

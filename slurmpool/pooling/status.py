@@ -5,14 +5,20 @@
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any
 
 from slurmpool.catalogue import default_catalogue
 from slurmpool.pooling.mig import MigGpu, free_capacity, instance_of, occupancy
-from slurmpool.pooling.node import Node
 from slurmpool.pooling.shared import free_shares
-from slurmpool.state.store import Allocation, store_path
+from slurmpool.state.store import store_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurmpool.pooling.node import Node
+    from slurmpool.state.store import Allocation
 
 STATUS_SCHEMA = 1
 
@@ -25,7 +31,7 @@ def _holder(a: Allocation | None) -> dict[str, Any]:
 
 def node_status(node: Node) -> dict[str, Any]:
     """GPUs, their mode, instances with job and user, free capacity and requeues."""
-    has_store = store_path(node.state_dir, node.name).exists()
+    has_store = os.path.exists(store_path(node.state_dir, node.name))
     records = node.store().live() if has_store else []
     backend = node.backend()
     cat = default_catalogue()

@@ -16,8 +16,8 @@ NVML (NVML indices of the other GPUs may shift: see :meth:`Node.nvml_index`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
+
+from slurmpool.records import record
 
 VFIO_DRIVER = "vfio-pci"
 
@@ -30,10 +30,10 @@ class Sysfs:
     """Reads and writes below a sysfs root (``/sys``, or a fake tree in tests)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+        self.root = os.fspath(root)
 
-    def path(self, rel: str) -> Path:
-        return self.root / rel
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, rel)
 
     def write(self, rel: str, text: str) -> None:
         path = self.path(rel)
@@ -51,7 +51,7 @@ class Sysfs:
             return None
 
     def exists(self, rel: str) -> bool:
-        return self.path(rel).exists()
+        return os.path.exists(self.path(rel))
 
 
 def pci_address(bus_id: str) -> str:
@@ -63,7 +63,7 @@ def pci_address(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class VfioBinding:
     """What to undo.  Recorded (group None) before the first sysfs write, so a
     prolog killed half-way still leaves enough for reconcile to restore."""
@@ -130,13 +130,13 @@ def unbind(sysfs: Sysfs, binding: VfioBinding) -> str | None:
     return now
 
 
-def group_path(vfio_dev_dir: str | os.PathLike[str], group: str) -> Path:
+def group_path(vfio_dev_dir: str | os.PathLike[str], group: str) -> str:
     if not group.isdigit():
         raise VfioError(f"IOMMU group {group!r} is not a number")
-    return Path(vfio_dev_dir) / group
+    return os.path.join(os.fspath(vfio_dev_dir), group)
 
 
-def hand_group(vfio_dev_dir: str | os.PathLike[str], group: str, uid: int) -> Path:
+def hand_group(vfio_dev_dir: str | os.PathLike[str], group: str, uid: int) -> str:
     """``/dev/vfio/<group>`` to the job's user (mode 0600)."""
     path = group_path(vfio_dev_dir, group)
     try:
@@ -149,6 +149,6 @@ def hand_group(vfio_dev_dir: str | os.PathLike[str], group: str, uid: int) -> Pa
 
 def restore_group(vfio_dev_dir: str | os.PathLike[str], group: str) -> None:
     path = group_path(vfio_dev_dir, group)
-    if path.exists():
+    if os.path.exists(path):
         os.chown(path, 0, 0, follow_symlinks=False)
         os.chmod(path, 0o600)

@@ -182,7 +182,7 @@ def create_node(
         ],
     }
     store.write(state)
-    lock = store.lock_path
+    lock = Path(store.lock_path)
     lock.touch()
     os.chmod(lock, 0o666)
     return SimNode(state_path, dev_root, minors_path)

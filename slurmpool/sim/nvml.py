@@ -60,23 +60,14 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import contextmanager  # pynvml imports it anyway
 
 import pynvml
 
-from slurmpool.catalogue import (
-    Catalogue,
-    ComputeInstanceProfile,
-    GpuInstanceProfile,
-    GpuModel,
-    PartialCatalogue,
-)
+from slurmpool.catalogue import ComputeInstanceProfile, PartialCatalogue
 from slurmpool.sim.state import (
     IMMEDIATE_MIG_MODE,
     SimError,
-    State,
     StateStore,
     energy_mj,
     fold,
@@ -86,6 +77,14 @@ from slurmpool.sim.state import (
     new_acc,
     power_mw,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
+    from slurmpool.catalogue import Catalogue, GpuInstanceProfile, GpuModel
+    from slurmpool.sim.state import State
 
 _MIB = 1024 * 1024
 _NA_UINT = 0xFFFFFFFF

@@ -11,14 +11,11 @@ from __future__ import annotations
 import os
 import time
 
-from slurmpool.sim.state import (
-    SimError,
-    SimOutOfMemory,
-    State,
-    StateStore,
-    fold,
-    process_start_time,
-)
+from slurmpool.sim.state import SimError, SimOutOfMemory, StateStore, fold, process_start_time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.sim.state import State
 
 
 def _device(st: State, gpu_index: int, gi_id: int | None, ci_id: int | None) -> State:

@@ -30,9 +30,11 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 SCHEMA = 1
 STATE_FILE = "state.json"
@@ -41,7 +43,10 @@ ENV_STATE_DIR = "SLURMPOOL_SIM_STATE"
 # Architectures whose MIG mode change applies at once (no GPU reset).
 IMMEDIATE_MIG_MODE = frozenset({"hopper", "blackwell"})
 
-State = dict[str, Any]
+if TYPE_CHECKING:
+    State = dict[str, Any]
+else:  # the same alias without importing typing (annotations are never evaluated)
+    State = dict
 
 
 class SimError(Exception):
@@ -162,14 +167,14 @@ class StateStore:
     """Read and change the state of one simulated node."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        self.dir = Path(state_dir)
-        self.path = self.dir / STATE_FILE
-        self.lock_path = self.dir / LOCK_FILE
+        self.dir = os.fspath(state_dir)
+        self.path = os.path.join(self.dir, STATE_FILE)
+        self.lock_path = os.path.join(self.dir, LOCK_FILE)
         self._cache: State | None = None
         self._cache_key: tuple[int, int, int] | None = None
 
     def exists(self) -> bool:
-        return self.path.is_file()
+        return os.path.isfile(self.path)
 
     def read(self) -> State:
         """The current state (treat as read-only), with dead processes pruned."""
@@ -208,7 +213,7 @@ class StateStore:
 
     def write(self, state: State) -> None:
         """Replace the state file atomically (callers hold the lock or own the directory)."""
-        tmp = self.dir / f".{STATE_FILE}.{os.getpid()}.tmp"
+        tmp = os.path.join(self.dir, f".{STATE_FILE}.{os.getpid()}.tmp")
         with open(tmp, "w") as f:
             json.dump(state, f, separators=(",", ":"))
         os.chmod(tmp, 0o666)
@@ -232,7 +237,7 @@ class StateStore:
         return state
 
 
-def _stamp_after(tmp: Path, current: Path) -> None:
+def _stamp_after(tmp: str, current: str) -> None:
     """Give ``tmp`` an mtime strictly newer than ``current``'s.
 
     Readers cache by (inode, size, mtime); inodes are reused and timestamps

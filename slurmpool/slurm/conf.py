@@ -8,10 +8,10 @@ need is modelled; nothing here rewrites a file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from slurmpool.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ConfLine:
     index: int  # 0-based line number
     text: str  # the line without its newline

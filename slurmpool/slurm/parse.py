@@ -15,8 +15,12 @@ Tested on recorded output under ``tests/data/slurm-<version>/``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+
+from slurmpool.records import field, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _KEY_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_:/.\-]*)=(.*)$", re.S)
 
@@ -39,7 +43,7 @@ REST_OF_LINE_KEYS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Record:
     """One ``scontrol show`` record: ordered pairs, repeated keys kept."""
 
@@ -132,7 +136,7 @@ def parse_records(text: str, first_key: str) -> list[Record]:
 # --- GRES strings ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Gres:
     """One GRES item, e.g. ``gpu:a100:1(IDX:0)`` -> name gpu, type a100, count 1."""
 
@@ -217,7 +221,7 @@ def gres_totals(items: list[Gres]) -> dict[str, int]:
 # --- nodes ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class NodeInfo:
     name: str
     state: str  # base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, ...
@@ -264,7 +268,7 @@ def parse_nodes(text: str) -> list[NodeInfo]:
 # --- jobs -----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class JobNodeDetail:
     """A ``scontrol show job -d`` allocation line: ``Nodes=sbx1 CPU_IDs=0 Mem=0 GRES=...``."""
 
@@ -272,7 +276,7 @@ class JobNodeDetail:
     gres: tuple[Gres, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class JobInfo:
     job_id: int
     name: str
@@ -345,7 +349,7 @@ def parse_jobs(text: str) -> list[JobInfo]:
 # --- slurmd -G ------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GresConfEntry:
     """One GRES line of ``slurmd -G`` (the configuration slurmd parsed)."""
 

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+
+from slurmpool.records import field, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 DEFAULT_SEARCH_PATH: tuple[str, ...] = (
     "/usr/local/sbin",
@@ -60,7 +64,7 @@ class SlurmCommandNotFound(SlurmCommandError):
     """The program is not installed in any directory of the search path."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class CommandResult:
     argv: tuple[str, ...]
     returncode: int
@@ -72,7 +76,7 @@ class CommandResult:
         return self.returncode == 0
 
 
-@dataclass
+@record
 class Runner:
     """Runs programs by name with absolute paths, a fixed environment and a timeout.
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from slurmpool.slurm.runner import Runner
+from slurmpool.records import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.slurm.runner import Runner
 
 _VERSION_RE = re.compile(r"\b(\d{2})\.(\d{2})(?:\.(\d+))?")
 
@@ -21,7 +24,7 @@ class SlurmVersionError(ValueError):
     """A version string could not be parsed."""
 
 
-@dataclass(frozen=True, order=True, slots=True)
+@record(frozen=True, order=True, slots=True)
 class SlurmVersion:
     major: int
     minor: int
@@ -50,7 +53,7 @@ class SlurmVersion:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Features:
     scontrol_json: bool
     job_extra: bool

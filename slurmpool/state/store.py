@@ -16,11 +16,14 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+
+from slurmpool.records import field, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from typing import Any
 
 INTENT = "intent"
 ACTIVE = "active"
@@ -98,11 +101,11 @@ def schema_version(component: str = CORE) -> int:
 SCHEMA_VERSION = schema_version(CORE)
 
 
-def store_path(state_dir: str | os.PathLike[str], node: str) -> Path:
+def store_path(state_dir: str | os.PathLike[str], node: str) -> str:
     """Where a node's store lives under the installed state dir: ``<state_dir>/<node>.sqlite``."""
     if not node or "/" in node or node.startswith("."):
         raise StateStoreError(f"node name {node!r} cannot name a state file")
-    return Path(state_dir) / f"{node}.sqlite"
+    return os.path.join(os.fspath(state_dir), f"{node}.sqlite")
 
 
 def open_node_store(
@@ -110,8 +113,8 @@ def open_node_store(
 ) -> NodeStore:
     """Open ``node``'s store, creating it readable by root only (mode 0600)."""
     path = store_path(state_dir, node)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         # SQLite gives the -wal and -shm files the database file's mode.
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     return NodeStore(path, timeout_s=timeout_s)
@@ -121,7 +124,7 @@ class StateStoreError(RuntimeError):
     """The state store is unusable (corrupt, newer schema, unwritable)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Allocation:
     id: int
     job_id: str
@@ -162,7 +165,7 @@ class Allocation:
         return (self.placement_start, self.placement_size)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class NewAllocation:
     """What a hook intends to allocate, before the hardware is touched."""
 
@@ -186,8 +189,8 @@ class NodeStore:
     """Open (creating or migrating) the store at ``path``."""
 
     def __init__(self, path: str | os.PathLike[str], timeout_s: float = 30.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = os.fspath(path)
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         try:
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE).
             self.conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)

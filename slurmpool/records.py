@@ -17,6 +17,8 @@ Modules off the hook path (CLI, sandbox, reports) use :mod:`dataclasses`.
 
 from __future__ import annotations
 
+from types import FunctionType
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -101,11 +103,31 @@ def _collect(cls: type) -> list[_Field]:
 
 
 def _function(name: str, source: str, env: dict[str, object]) -> Callable[..., object]:
-    scope: dict[str, object] = {}
-    exec(source, env, scope)  # the source is built here from field names
-    fn = scope[name]
-    assert callable(fn)
-    return fn
+    """A generated method, compiled on its first call.
+
+    Compiling is most of what declaring a record costs, and a hook run calls
+    the methods of few of the records it imports; so the class gets a stub
+    that compiles the real method, puts it on the class and calls it.  The
+    record's class is set on the stub (``_owner``) once :func:`_process` has it.
+    """
+
+    def compile_on_first_call(*args: object, **kwargs: object) -> object:
+        scope: dict[str, object] = {}
+        exec(source, env, scope)  # the source is built here from field names
+        fn = scope[name]
+        assert isinstance(fn, FunctionType)
+        fn.__qualname__ = stub.__qualname__
+        owner = getattr(stub, "_owner", None)
+        if owner is not None and owner.__dict__.get(name) is stub:
+            type.__setattr__(owner, name, fn)
+        return fn(*args, **kwargs)
+
+    stub = compile_on_first_call
+    stub.__name__ = name
+    return stub
+
+
+_STUB_CODE = _function("_", "", {}).__code__  # how _process tells a stub from a method
 
 
 def _init(cls: type, fields: list[_Field], frozen: bool, slots: bool) -> Callable[..., object]:
@@ -148,9 +170,7 @@ def _init(cls: type, fields: list[_Field], frozen: bool, slots: bool) -> Callabl
         + ("\n".join(body) if body else "    pass")
         + "\n"
     )
-    fn = _function("__init__", source, env)
-    fn.__qualname__ = f"{cls.__qualname__}.__init__"
-    return fn
+    return _function("__init__", source, env)
 
 
 def _tuple(names: list[str], var: str) -> str:
@@ -274,6 +294,9 @@ def _process(cls: type, frozen: bool, slots: bool, order: bool, eq: bool) -> typ
         attrs["__setstate__"] = _setstate
     for name, value in attrs.items():
         type.__setattr__(cls, name, value)
+        if getattr(value, "__code__", None) is _STUB_CODE:
+            value._owner = cls  # type: ignore[attr-defined]
+            value.__qualname__ = f"{cls.__qualname__}.{name}"  # type: ignore[attr-defined]
     return cls
 
 

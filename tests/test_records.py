@@ -170,3 +170,27 @@ def test_importing_records_does_not_import_dataclasses():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_methods_are_compiled_on_first_use_and_then_live_on_the_class():
+    @records.record(frozen=True, order=True)
+    class Base:
+        a: int
+
+    @records.record(frozen=True, order=True)
+    class Child(Base):
+        b: int = 0
+
+    class Plain(Base):  # not a record: inherits Base's methods
+        pass
+
+    stub = Base.__dict__["__init__"]
+    # Child and Plain first, so Base's stubs are still in place when Plain uses them.
+    assert Child(1, 2) == Child(1, 2) and Child(1, 2) < Child(1, 3)
+    assert Plain(5).a == 5 and Plain(5) != Base(5)  # __eq__ needs the same class
+    assert Base.__dict__["__init__"] is not stub  # compiled and put on Base
+    assert Base.__init__.__qualname__.endswith("Base.__init__")
+    assert Base(1) < Base(2) and hash(Base(1)) == hash(Base(1))
+    assert repr(Child(1, 2)).endswith("Child(a=1, b=2)")
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'a'"):
+        Base()  # type: ignore[call-arg]

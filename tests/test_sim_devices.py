@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurmpool.cli import main
-from slurmpool.gpu import parse_mig_minors
+from slurmpool.gpu import GpuBackendError, parse_mig_minors
+from slurmpool.gpu.backend import MigMinorLookup
 from slurmpool.sim import SimError, SimGpuSpec, create_node, node_summary, open_node
 from slurmpool.sim.devices import ci_minor, gi_minor, mig_minors_text
 
@@ -50,6 +51,26 @@ def test_mig_minors_parser_rejects_malformed_lines(text: str) -> None:
 
 def test_mig_minors_parser_ignores_unknown_names() -> None:
     assert parse_mig_minors("fabric-mgmt 9\ngpu0/gi1/access 12\n").gi_minor(0, 1) == 12
+
+
+def test_mig_minor_lookup_agrees_with_the_parser() -> None:
+    text = mig_minors_text()
+    parsed, lookup = parse_mig_minors(text), MigMinorLookup(text)
+    for gpu, gi, ci in [(0, 0, 0), (3, 7, 2), (31, 14, 7), (0, 13, 0)]:
+        assert lookup.gi_minor(gpu, gi) == parsed.gi_minor(gpu, gi) == gi_minor(gpu, gi)
+        assert lookup.ci_minor(gpu, gi, ci) == parsed.ci_minor(gpu, gi, ci) == ci_minor(gpu, gi, ci)
+    assert lookup.gi_minor(32, 0) is None and lookup.ci_minor(0, 15, 0) is None
+    # gpu1 must not match gpu10's lines; the last of duplicate lines wins, as in the parser.
+    text = "gpu10/gi1/access 7\ngpu1/gi1/access 5\ngpu1/gi1/access 6\n"
+    assert MigMinorLookup(text).gi_minor(1, 1) == parse_mig_minors(text).gi_minor(1, 1) == 6
+    assert MigMinorLookup(text).gi_minor(10, 1) == 7
+
+
+def test_mig_minor_lookup_names_a_malformed_line_it_needs() -> None:
+    lookup = MigMinorLookup("config 1\ngpu0/gi1/access 9\ngpu0/gi2/access x\n", "/proc/mm")
+    assert lookup.gi_minor(0, 1) == 9  # a bad line elsewhere does not stop a lookup
+    with pytest.raises(GpuBackendError, match=r"/proc/mm: line 3: .*'gpu0/gi2/access x'"):
+        lookup.gi_minor(0, 2)
 
 
 def test_create_node_writes_device_nodes_with_modes(tmp_path: Path) -> None:

@@ -504,3 +504,13 @@ def test_dead_processes_are_pruned_on_read(nv: Any, node: Path) -> None:
         child.kill()
         child.wait()
     assert nv.nvmlDeviceGetComputeRunningProcesses(h) == []
+
+
+def test_instance_uuids_are_rfc4122_version_5() -> None:
+    import uuid
+
+    from slurmpool.sim.nvml import _uuid5
+
+    ns = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
+    for name in ("gpu0/gi1/ci0", "GPU-x/7/3", ""):
+        assert _uuid5(ns, name) == str(uuid.uuid5(uuid.UUID(ns), name))

@@ -16,13 +16,11 @@ Standard library only: the job hooks import this on every job start.  The
 
 from __future__ import annotations
 
-import re
-
 from slurmpool.records import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
+    from collections.abc import Iterable
 
     from slurmpool.gpu.interface import GpuBackend as GpuBackend
     from slurmpool.placement import Placement
@@ -198,26 +196,18 @@ def _cap_key(name: str) -> tuple[int, int, int | None] | None:
     return (nums[0], nums[1], nums[2] if len(nums) == 3 else None)
 
 
-def parse_mig_minors(
-    text: str, source: str = "mig-minors", gpu_minors: Collection[int] | None = None
-) -> MigMinors:
+def parse_mig_minors(text: str, source: str = "mig-minors") -> MigMinors:
     """Parse ``/proc/driver/nvidia-caps/mig-minors`` (lines ``<name> <minor>``).
 
     Unknown names are ignored (newer drivers may add some); a line that is
     not ``<name> <number>`` raises ``ValueError`` naming the line.
     """
-    fast = _parse_mig_minors_fast(text, gpu_minors)
-    if fast is not None:
-        return fast
     config = monitor = None
     caps: dict[tuple[int, int, int | None], int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        fields = line.split()
-        if len(fields) != 2 or not fields[1].isdigit():
-            raise ValueError(f"{source}: line {lineno}: expected '<name> <minor>', got {line!r}")
-        name, minor = fields[0], int(fields[1])
+        name, minor = _table_line(line, source, lineno)
         if name == "config":
             config = minor
         elif name == "monitor":
@@ -229,30 +219,51 @@ def parse_mig_minors(
     return MigMinors(config, monitor, caps)
 
 
-_CAP_LINE = r"^gpu({gpus})/gi(\d+)(?:/ci(\d+))?/access (\d+)$"
-_PLAIN_LINE = re.compile(r"^(?:(?:config|monitor) \d+|gpu\d+/gi\d+(?:/ci\d+)?/access \d+)$")
+def _table_line(line: str, source: str, lineno: int) -> tuple[str, int]:
+    fields = line.split()
+    if len(fields) != 2 or not fields[1].isdigit():
+        raise ValueError(f"{source}: line {lineno}: expected '<name> <minor>', got {line!r}")
+    return fields[0], int(fields[1])
 
 
-def _parse_mig_minors_fast(text: str, gpu_minors: Collection[int] | None) -> MigMinors | None:
-    """The common case: only the GPUs asked for, one regex pass in C (the driver's table
-    has ~4,000 lines and the hooks read it on every job).  None when a line is not in
-    the plain form, so that the line-by-line parser reports it."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not all(_PLAIN_LINE.match(line) for line in lines):
-        return None
-    gpus = "|".join(str(int(g)) for g in gpu_minors) if gpu_minors is not None else r"\d+"
-    caps: dict[tuple[int, int, int | None], int] = {}
-    if gpus:
-        for m in re.finditer(_CAP_LINE.format(gpus=gpus), text, re.M):
-            gpu, gi, ci, minor = m.groups()
-            caps[(int(gpu), int(gi), int(ci) if ci is not None else None)] = int(minor)
-    config = monitor = None
-    for line in lines[:4]:
-        if line.startswith("config "):
-            config = int(line[7:])
-        elif line.startswith("monitor "):
-            monitor = int(line[8:])
-    return MigMinors(config, monitor, caps)
+class MigMinorLookup:
+    """The ``mig-minors`` table, each capability looked up when first asked for.
+
+    The driver's table has ~4,000 lines and a hook needs the minors of a few
+    instances: parsing it all costs more than the rest of a hook's NVML work.
+    A lookup finds the capability's own line (the last one, as the parser
+    does); a malformed line raises :class:`GpuBackendError` when it is looked up.
+    """
+
+    __slots__ = ("_found", "_source", "_text")
+
+    def __init__(self, text: str, source: str = "mig-minors") -> None:
+        self._text = "\n" + text
+        self._source = source
+        self._found: dict[str, int | None] = {}
+
+    def gi_minor(self, gpu_minor: int, gi_id: int) -> int | None:
+        return self._minor(f"gpu{gpu_minor}/gi{gi_id}/access")
+
+    def ci_minor(self, gpu_minor: int, gi_id: int, ci_id: int) -> int | None:
+        return self._minor(f"gpu{gpu_minor}/gi{gi_id}/ci{ci_id}/access")
+
+    def _minor(self, name: str) -> int | None:
+        if name in self._found:
+            return self._found[name]
+        text = self._text
+        start = max(text.rfind(f"\n{name} "), text.rfind(f"\n{name}\t"))
+        minor = None
+        if start >= 0:
+            end = text.find("\n", start + 1)
+            line = text[start + 1 : end if end >= 0 else len(text)]
+            lineno = text.count("\n", 0, start + 1)
+            try:
+                minor = _table_line(line, self._source, lineno)[1]
+            except ValueError as e:
+                raise GpuBackendError(str(e)) from None
+        self._found[name] = minor
+        return minor
 
 
 # -- helpers -------------------------------------------------------------------

@@ -35,14 +35,13 @@ from slurmpool.gpu.backend import (
     InvalidRequestError,
     MemoryInfo,
     MigInstance,
-    MigMinors,
+    MigMinorLookup,
     NoPermissionError,
     NoRoomError,
     NotSupportedError,
     ProcessInfo,
     SmSample,
     cpulist,
-    parse_mig_minors,
 )
 from slurmpool.placement import Placement
 
@@ -86,7 +85,7 @@ class NvmlBackend:
         self._nv = nvml
         self._name = name
         self._minors_path = os.fspath(mig_minors_path) if mig_minors_path is not None else None
-        self._minors: MigMinors | None = None
+        self._minors: MigMinorLookup | None = None
         self._minors_loaded = False
         self._catalogue = catalogue
         self._gi_profiles: dict[int, list[Any]] = {}
@@ -178,23 +177,15 @@ class NvmlBackend:
         pci = self._nv.nvmlDeviceGetPciInfo(handle)
         return self._models().identify(name, int(pci.pciDeviceId))
 
-    def _mig_minors(self) -> MigMinors | None:
+    def _mig_minors(self) -> MigMinorLookup | None:
         if not self._minors_loaded:
             self._minors_loaded = True
             if self._minors_path is not None:
                 try:
                     with open(self._minors_path) as f:
-                        text = f.read()
+                        self._minors = MigMinorLookup(f.read(), self._minors_path)
                 except OSError:
                     return None
-                gpus = [
-                    int(self._nv.nvmlDeviceGetMinorNumber(self._handle(i)))
-                    for i in range(self._count)
-                ]
-                try:
-                    self._minors = parse_mig_minors(text, self._minors_path, gpus)
-                except ValueError as e:
-                    raise GpuBackendError(str(e)) from None
         return self._minors
 
     # -- GPUs --------------------------------------------------------------------

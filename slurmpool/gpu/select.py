@@ -16,6 +16,7 @@ import os
 
 from slurmpool.gpu.backend import MIG_MINORS_PATH, BackendUnavailable, GpuBackendError
 from slurmpool.gpu.nvml import NvmlBackend
+from slurmpool.gpu.pynvml_import import preload_pynvml
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def open_backend(
     spec = (spec or DEFAULT_SPEC).strip()
     if spec == "nvml":
         try:
-            import pynvml
+            pynvml = preload_pynvml()
         except ImportError as e:
             raise BackendUnavailable(
                 f"no NVIDIA driver/GPU found: cannot import pynvml (nvidia-ml-py): {e}"

@@ -62,9 +62,8 @@ import os
 import time
 from contextlib import contextmanager  # pynvml imports it anyway
 
-import pynvml
-
 from slurmpool.catalogue import ComputeInstanceProfile, PartialCatalogue
+from slurmpool.gpu.pynvml_import import preload_pynvml
 from slurmpool.sim.state import (
     IMMEDIATE_MIG_MODE,
     SimError,
@@ -77,6 +76,9 @@ from slurmpool.sim.state import (
     new_acc,
     power_mw,
 )
+
+preload_pynvml()  # the same pynvml as on a real node, loaded the same (light) way
+import pynvml  # noqa: E402
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -122,12 +124,16 @@ _FORWARDED_HELPERS = frozenset(
 def _uuid5(namespace: str, name: str) -> str:
     """``str(uuid.uuid5(uuid.UUID(namespace), name))`` (RFC 4122 version 5), without
     importing :mod:`uuid` on the hooks' path."""
-    import hashlib
+    try:
+        # CPython's built-in SHA-1: hashlib would load OpenSSL (~4 ms) for one digest.
+        from _sha1 import sha1  # type: ignore[import-not-found]
+    except ImportError:  # other interpreters, or a build without it
+        from hashlib import sha1
 
     ns = bytes.fromhex(namespace.replace("-", ""))
     if len(ns) != 16:
         raise ValueError(f"not a UUID: {namespace!r}")
-    b = bytearray(hashlib.sha1(ns + name.encode()).digest()[:16])
+    b = bytearray(sha1(ns + name.encode()).digest()[:16])
     b[6] = (b[6] & 0x0F) | 0x50
     b[8] = (b[8] & 0x3F) | 0x80
     h = b.hex()

@@ -109,3 +109,60 @@ def test_readers_never_miss_a_write_of_the_same_size(state: str) -> None:
         with writer.transaction() as st:
             st["driver_version"] = f"550.54.{10 + i % 2}"
         assert reader.read()["driver_version"] == f"550.54.{10 + i % 2}"
+
+
+class _DestroyFirst:
+    """The NVML module of one backend; the first call of ``fn`` first lets another
+    backend (another job's hook) destroy the instance ``victim``."""
+
+    def __init__(self, nv: object, fn: str, other: object, victim: int) -> None:
+        self._nv, self._fn, self._other, self._victim = nv, fn, other, victim
+        self.fired = False
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._nv, name)
+        if name != self._fn or self.fired:
+            return attr
+
+        def first(*args: object) -> object:
+            if not self.fired:
+                self.fired = True
+                assert self._other.destroy_instance(0, self._victim)  # type: ignore[attr-defined]
+            return attr(*args)  # type: ignore[operator]
+
+        return first
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        "nvmlDeviceGetGpuInstanceId",  # while listing MIG devices
+        "nvmlGpuInstanceGetInfo",  # while listing GPU instances
+        "nvmlGpuInstanceGetComputeInstances",  # while describing one
+        "nvmlDeviceGetMemoryInfo",  # while reading a MIG device
+    ],
+)
+def test_a_scan_skips_instances_destroyed_while_it_runs(state: str, fn: str) -> None:
+    from slurmpool.placement import Placement
+
+    with open_backend(f"sim:{state}") as mine, open_backend(f"sim:{state}") as theirs:
+        made = [mine.create_instance(0, "1g.10gb", Placement(s, 1)).gi_id for s in range(7)]
+        [first] = [i.gi_id for i in mine.instances(0) if i.placement.start == 0]
+        spy = _DestroyFirst(mine._nv, fn, theirs, first)  # type: ignore[attr-defined]
+        mine._nv = spy  # type: ignore[attr-defined]
+        seen = mine.instances(0)
+        assert spy.fired
+        assert sorted(i.gi_id for i in seen) == sorted(g for g in made if g != first)
+        assert all(i.uuid and i.uuid.startswith("MIG-") for i in seen)
+        assert mine.processes(0) == []
+
+
+def test_destroying_an_instance_another_hook_just_destroyed_is_not_an_error(state: str) -> None:
+    from slurmpool.placement import Placement
+
+    with open_backend(f"sim:{state}") as mine, open_backend(f"sim:{state}") as theirs:
+        gi = mine.create_instance(0, "2g.20gb", Placement(0, 2)).gi_id
+        spy = _DestroyFirst(mine._nv, "nvmlComputeInstanceDestroy", theirs, gi)  # type: ignore[attr-defined]
+        mine._nv = spy  # type: ignore[attr-defined]
+        assert mine.destroy_instance(0, gi) is False  # someone else's destroy won
+        assert spy.fired and theirs.instances(0) == []

@@ -155,6 +155,20 @@ class NvmlBackend:
         except self._nv.NVMLError as e:
             raise self._error(e, what) from None
 
+    def _live(self, what: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on an instance handle a scan just got.
+
+        Other jobs' hooks create and destroy instances while this one scans:
+        a handle whose instance was destroyed meanwhile answers InvalidArgument
+        or NotFound, which here means "gone" (:class:`_Vanished`), not a fault.
+        """
+        try:
+            return fn(*args)
+        except self._nv.NVMLError as e:
+            if _gone(self._nv, e):
+                raise _Vanished(what) from None
+            raise self._error(e, what) from None
+
     def _try(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, or None on any NVML error (for optional facts)."""
         try:
@@ -311,7 +325,10 @@ class NvmlBackend:
         out: list[ProcessInfo] = []
         for (g, c), mig in self._mig_devices(h).items():
             if gi_id is None or g == gi_id:
-                procs = self._call(what, nv.nvmlDeviceGetComputeRunningProcesses, mig)
+                try:
+                    procs = self._live(what, nv.nvmlDeviceGetComputeRunningProcesses, mig)
+                except _Vanished:
+                    continue
                 out.extend(self._process(p, g, c) for p in procs)
         return out
 
@@ -359,11 +376,15 @@ class NvmlBackend:
             )
             for i in range(count.value):
                 gi = array[i]
-                out.append((gi, self._call("GPU instance info", nv.nvmlGpuInstanceGetInfo, gi)))
+                try:
+                    out.append((gi, self._live("GPU instance info", nv.nvmlGpuInstanceGetInfo, gi)))
+                except _Vanished:
+                    continue
         return sorted(out, key=lambda x: int(x[1].id))
 
     def _compute_instances(self, gi: Any) -> list[tuple[Any, Any]]:
-        """``(ci handle, ci info)`` of every compute instance of a GPU instance."""
+        """``(ci handle, ci info)`` of every compute instance of a GPU instance;
+        :class:`_Vanished` when the GPU instance itself is gone."""
         nv = self._nv
         out = []
         shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
@@ -373,7 +394,7 @@ class NvmlBackend:
                 continue
             array = (nv.c_nvmlComputeInstance_t * max(1, int(info.instanceCount)))()
             count = ctypes.c_uint(0)
-            self._call(
+            self._live(
                 "compute instances",
                 nv.nvmlGpuInstanceGetComputeInstances,
                 gi,
@@ -383,9 +404,11 @@ class NvmlBackend:
             )
             for i in range(count.value):
                 ci = array[i]
-                out.append(
-                    (ci, self._call("compute instance info", nv.nvmlComputeInstanceGetInfo, ci))
-                )
+                try:
+                    info = self._live("compute instance info", nv.nvmlComputeInstanceGetInfo, ci)
+                except _Vanished:
+                    continue
+                out.append((ci, info))
         return sorted(out, key=lambda x: int(x[1].id))
 
     def _mig_devices(self, h: Any) -> dict[tuple[int, int], Any]:
@@ -397,10 +420,13 @@ class NvmlBackend:
             mig = self._try(nv.nvmlDeviceGetMigDeviceHandleByIndex, h, i)
             if mig is None:
                 continue
-            key = (
-                int(nv.nvmlDeviceGetGpuInstanceId(mig)),
-                int(nv.nvmlDeviceGetComputeInstanceId(mig)),
-            )
+            try:
+                key = (
+                    int(self._live("MIG device", nv.nvmlDeviceGetGpuInstanceId, mig)),
+                    int(self._live("MIG device", nv.nvmlDeviceGetComputeInstanceId, mig)),
+                )
+            except _Vanished:
+                continue
             out[key] = mig
         return out
 
@@ -415,7 +441,10 @@ class NvmlBackend:
         ctx = _Context(self, gpu_index, h)
         out: list[MigInstance] = []
         for gi, gi_info in self._gpu_instances(gpu_index, h):
-            out.extend(ctx.describe(gi, gi_info))
+            try:
+                out.extend(ctx.describe(gi, gi_info))
+            except _Vanished:
+                continue  # destroyed since the list was taken
         return out
 
     def _instance(self, gpu_index: int, gi_id: int, ci_id: int | None) -> MigInstance:
@@ -426,8 +455,13 @@ class NvmlBackend:
             h,
             gi_id,
         )
-        info = self._call("GPU instance info", self._nv.nvmlGpuInstanceGetInfo, gi)
-        found = _Context(self, gpu_index, h).describe(gi, info)
+        try:
+            info = self._live("GPU instance info", self._nv.nvmlGpuInstanceGetInfo, gi)
+            found = _Context(self, gpu_index, h).describe(gi, info)
+        except _Vanished:
+            found = []
+        if not found:
+            raise InvalidRequestError(f"GPU instance {gi_id} of GPU {gpu_index} is gone")
         return next((m for m in found if m.ci_id == ci_id), found[0])
 
     def instance_memory(self, gpu_index: int, gi_id: int) -> MemoryInfo:
@@ -512,16 +546,24 @@ class NvmlBackend:
             return False
         except nv.NVMLError as e:
             raise self._error(e, f"GPU instance {gi_id} of GPU {gpu_index}") from None
-        for ci, ci_info in self._compute_instances(gi):
+        try:
+            cis = self._compute_instances(gi)
+        except _Vanished:
+            return False  # destroyed meanwhile by another hook
+        for ci, ci_info in cis:
             try:
                 nv.nvmlComputeInstanceDestroy(ci)
             except nv.NVMLError as e:
+                if _gone(nv, e):
+                    continue
                 raise self._busy(
                     e, gpu_index, gi_id, f"compute instance {int(ci_info.id)}"
                 ) from None
         try:
             nv.nvmlGpuInstanceDestroy(gi)
         except nv.NVMLError as e:
+            if _gone(nv, e):
+                return False
             raise self._busy(e, gpu_index, gi_id, "GPU instance") from None
         return True
 
@@ -588,6 +630,20 @@ class _Context:
         self.minor = int(backend._nv.nvmlDeviceGetMinorNumber(h))
         self.minors = backend._mig_minors()
         self.mig = backend._mig_devices(h)
+        self._relists = 0
+
+    # MIG devices are listed by a dense index: a destroy by another hook during the
+    # listing shifts the ones after it, so the list can miss a live instance.
+    _MAX_RELISTS = 3
+
+    def mig_device(self, gi_id: int, ci_id: int) -> Any:
+        """The MIG device handle of a compute instance, None if it has none (any more)."""
+        mig = self.mig.get((gi_id, ci_id))
+        while mig is None and self._relists < self._MAX_RELISTS:
+            self._relists += 1
+            self.mig = self.b._mig_devices(self.h)
+            mig = self.mig.get((gi_id, ci_id))
+        return mig
 
     def profile_name(self, profile_id: int) -> str:
         if self.model is not None and self.model.mig is not None:
@@ -612,11 +668,14 @@ class _Context:
         out = []
         ci_ids: list[int | None] = list(cis) or [None]
         for ci_id in ci_ids:
-            mig = self.mig.get((gi_id, ci_id)) if ci_id is not None else None
+            mig = self.mig_device(gi_id, ci_id) if ci_id is not None else None
             if mig is not None:
-                mem = self.b._call("MIG device memory", nv.nvmlDeviceGetMemoryInfo, mig)
+                try:
+                    mem = self.b._live("MIG device memory", nv.nvmlDeviceGetMemoryInfo, mig)
+                    uuid: str | None = _text(self.b._live("MIG UUID", nv.nvmlDeviceGetUUID, mig))
+                except _Vanished:
+                    continue  # its compute instance was destroyed since the scan began
                 total, used = int(mem.total) // _MIB, int(mem.used) // _MIB
-                uuid: str | None = _text(self.b._call("MIG device UUID", nv.nvmlDeviceGetUUID, mig))
             else:
                 total, used, uuid = self.profile_memory(profile_id), 0, None
             out.append(
@@ -637,6 +696,15 @@ class _Context:
                 )
             )
         return out
+
+
+class _Vanished(Exception):
+    """An instance a scan listed was destroyed before the scan got to it."""
+
+
+def _gone(nv: Any, e: Exception) -> bool:
+    """Whether an NVML error on an instance handle means the instance is gone."""
+    return getattr(e, "value", None) in (nv.NVML_ERROR_INVALID_ARGUMENT, nv.NVML_ERROR_NOT_FOUND)
 
 
 def _bits(words: Any) -> list[int]:

@@ -8,6 +8,8 @@ hooks import :mod:`slurmpool.gpu.backend` on every job, and that must not
 load the rest of the package (nor :mod:`typing`, for :class:`GpuBackend`).
 """
 
+from slurmpool.lazy import lazy_exports
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from slurmpool.gpu.backend import (
@@ -74,16 +76,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -14,6 +14,8 @@ needs pynvml, which the test workload does not.
 
 from __future__ import annotations
 
+from slurmpool.lazy import lazy_exports
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from slurmpool.sim.node import (
@@ -60,12 +62,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -7,6 +7,8 @@ only :mod:`.runner` (a requeue) does not load the parsers.
 
 from __future__ import annotations
 
+from slurmpool.lazy import lazy_exports
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from slurmpool.slurm.parse import (
@@ -39,41 +41,32 @@ if TYPE_CHECKING:
         parse_version,
     )
 
-_PARSE = frozenset(
-    (
-        "Gres",
-        "GresConfEntry",
-        "JobInfo",
-        "NodeInfo",
-        "Record",
-        "gres_totals",
-        "parse_gres",
-        "parse_jobs",
-        "parse_nodes",
-        "parse_records",
-        "parse_slurmd_gres",
-    )
-)
-_RUNNER = frozenset(
-    (
-        "DEFAULT_SEARCH_PATH",
-        "CommandResult",
-        "Runner",
-        "SlurmCommandError",
-        "SlurmCommandNotFound",
-        "SlurmCommandTimeout",
-    )
-)
-_VERSION = frozenset(
-    (
-        "FEATURE_GATES",
-        "Features",
-        "SlurmVersion",
-        "SlurmVersionError",
-        "detect_version",
-        "parse_version",
-    )
-)
+# Where each name lives.
+_LAZY = {
+    "Gres": "parse",
+    "GresConfEntry": "parse",
+    "JobInfo": "parse",
+    "NodeInfo": "parse",
+    "Record": "parse",
+    "gres_totals": "parse",
+    "parse_gres": "parse",
+    "parse_jobs": "parse",
+    "parse_nodes": "parse",
+    "parse_records": "parse",
+    "parse_slurmd_gres": "parse",
+    "DEFAULT_SEARCH_PATH": "runner",
+    "CommandResult": "runner",
+    "Runner": "runner",
+    "SlurmCommandError": "runner",
+    "SlurmCommandNotFound": "runner",
+    "SlurmCommandTimeout": "runner",
+    "FEATURE_GATES": "version",
+    "Features": "version",
+    "SlurmVersion": "version",
+    "SlurmVersionError": "version",
+    "detect_version": "version",
+    "parse_version": "version",
+}
 
 __all__ = [
     "DEFAULT_SEARCH_PATH",
@@ -102,20 +95,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    if name in _PARSE:
-        from slurmpool.slurm import parse
-
-        value: object = getattr(parse, name)
-    elif name in _RUNNER:
-        from slurmpool.slurm import runner
-
-        value = getattr(runner, name)
-    elif name in _VERSION:
-        from slurmpool.slurm import version
-
-        value = getattr(version, name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -131,6 +131,11 @@ def cancel(cluster: Cluster, jobs: list[int]) -> None:
         cluster.slurm.run("scancel", *map(str, jobs), check=False, timeout=15)
 
 
+def submit_on(cluster: Cluster, node: str, gres: str, out: Path, script: str, user: str) -> int:
+    """``sbatch GRES -w NODE -o OUT --wrap SCRIPT`` as ``user``; the job id."""
+    return cluster.submit(gres, "-w", node, "-o", str(out), "--wrap", script, user=user)
+
+
 def first_line(path: Path) -> str:
     try:
         return path.read_text().splitlines()[0]
@@ -149,13 +154,11 @@ def test_vgpu2_gets_a_2g_instance_that_lives_as_long_as_the_job(cluster: Cluster
     node = "sbx1"
     wait_empty(cluster, node)
     out = cluster.workdir / "vgpu2.out"
-    job = cluster.submit(
-        "--gres=vgpu:2",
-        "-w",
+    job = submit_on(
+        cluster,
         node,
-        "-o",
-        str(out),
-        "--wrap",
+        "--gres=vgpu:2",
+        out,
         f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(6)}",
         user="sp-alice",
     )
@@ -190,13 +193,11 @@ def _fill_with_1g(
     for i in range(n):
         out = cluster.workdir / f"{tag}-{i}.out"
         out.unlink(missing_ok=True)
-        job = cluster.submit(
-            "--gres=vgpu:1",
-            "-w",
+        job = submit_on(
+            cluster,
             node,
-            "-o",
-            str(out),
-            "--wrap",
+            "--gres=vgpu:1",
+            out,
             f"echo $CUDA_VISIBLE_DEVICES; {workload(0)}",
             user="sp-alice" if i % 2 == 0 else "sp-bob",
         )
@@ -246,10 +247,6 @@ def test_fourteen_1g_jobs_run_at_once_and_a_fifteenth_waits(
     wait_empty(cluster, node)
 
 
-@pytest.mark.skip(
-    reason="flaky in a clean-clone CI run: requeue not seen within 60 s, then an "
-    "Epilog error drained sbx2; tracked in issue 4"
-)
 def test_fragmented_node_requeues_a_4g_then_runs_it_once_there_is_room(
     cluster: Cluster, oversubscribed: None
 ) -> None:
@@ -310,13 +307,11 @@ def test_another_user_cannot_use_a_neighbours_mig_instance(cluster: Cluster) -> 
     node = "sbx1"
     wait_empty(cluster, node)
     alice_out = cluster.workdir / "alice.out"
-    alice = cluster.submit(
-        "--gres=vgpu:1",
-        "-w",
+    alice = submit_on(
+        cluster,
         node,
-        "-o",
-        str(alice_out),
-        "--wrap",
+        "--gres=vgpu:1",
+        alice_out,
         f"echo $CUDA_VISIBLE_DEVICES; {workload(0)}",
         user="sp-alice",
     )
@@ -324,13 +319,11 @@ def test_another_user_cannot_use_a_neighbours_mig_instance(cluster: Cluster) -> 
         neighbour = poll("alice's device", lambda: first_line(alice_out), 30)
         assert neighbour.startswith("MIG-")
         bob_out = cluster.workdir / "bob.out"
-        bob = cluster.submit(
-            "--gres=vgpu:1",
-            "-w",
+        bob = submit_on(
+            cluster,
             node,
-            "-o",
-            str(bob_out),
-            "--wrap",
+            "--gres=vgpu:1",
+            bob_out,
             f"{workload(1)}; echo own=$?; CUDA_VISIBLE_DEVICES={neighbour} {workload(1)}; "
             "echo neighbour=$?",
             user="sp-bob",
@@ -358,13 +351,11 @@ def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluste
     node = "sbx1"
     wait_empty(cluster, node)
     alice_out = cluster.workdir / "bystander.out"
-    bystander = cluster.submit(
-        "--gres=vgpu:1",
-        "-w",
+    bystander = submit_on(
+        cluster,
         node,
-        "-o",
-        str(alice_out),
-        "--wrap",
+        "--gres=vgpu:1",
+        alice_out,
         f"echo $CUDA_VISIBLE_DEVICES; {workload(0)}",
         user="sp-alice",
     )
@@ -390,15 +381,8 @@ def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluste
         assert len(leaked) == 1  # created, never recorded active
         # The next hook run (a real job's prolog) reconciles it away.
         later_out = cluster.workdir / "later.out"
-        later = cluster.submit(
-            "--gres=vgpu:1",
-            "-w",
-            node,
-            "-o",
-            str(later_out),
-            "--wrap",
-            "echo $CUDA_VISIBLE_DEVICES",
-            user="sp-bob",
+        later = submit_on(
+            cluster, node, "--gres=vgpu:1", later_out, "echo $CUDA_VISIBLE_DEVICES", user="sp-bob"
         )
         assert cluster.wait(later, 60) == "COMPLETED"
         held = by_uuid(cluster, node)
@@ -439,13 +423,11 @@ def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluste
 def test_gpu1_gets_the_passthrough_gpu_alone(cluster: Cluster) -> None:
     node = "sbx1"
     out = cluster.workdir / "gpu1.out"
-    job = cluster.submit(
-        "--gres=gpu:1",
-        "-w",
+    job = submit_on(
+        cluster,
         node,
-        "-o",
-        str(out),
-        "--wrap",
+        "--gres=gpu:1",
+        out,
         f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_MODE; {workload(1)}",
         user="sp-alice",
     )
@@ -459,13 +441,11 @@ def test_vgpu14_gets_two_whole_gpu_instances(cluster: Cluster) -> None:
     node = "sbx1"
     wait_empty(cluster, node)
     out = cluster.workdir / "vgpu14.out"
-    job = cluster.submit(
-        "--gres=vgpu:14",
-        "-w",
+    job = submit_on(
+        cluster,
         node,
-        "-o",
-        str(out),
-        "--wrap",
+        "--gres=vgpu:14",
+        out,
         "echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; sleep 3",
         user="sp-bob",
     )

@@ -102,13 +102,12 @@ def _collect(cls: type) -> list[_Field]:
     return list(found.values())
 
 
-def _function(name: str, source: str, env: dict[str, object]) -> Callable[..., object]:
-    """A generated method, compiled on its first call.
+def _function(cls: type, name: str, source: str, env: dict[str, object]) -> Callable[..., object]:
+    """A generated method of ``cls``, compiled on its first call.
 
     Compiling is most of what declaring a record costs, and a hook run calls
     the methods of few of the records it imports; so the class gets a stub
-    that compiles the real method, puts it on the class and calls it.  The
-    record's class is set on the stub (``_owner``) once :func:`_process` has it.
+    that compiles the real method, puts it on the class and calls it.
     """
 
     def compile_on_first_call(*args: object, **kwargs: object) -> object:
@@ -117,17 +116,14 @@ def _function(name: str, source: str, env: dict[str, object]) -> Callable[..., o
         fn = scope[name]
         assert isinstance(fn, FunctionType)
         fn.__qualname__ = stub.__qualname__
-        owner = getattr(stub, "_owner", None)
-        if owner is not None and owner.__dict__.get(name) is stub:
-            type.__setattr__(owner, name, fn)
+        if cls.__dict__.get(name) is stub:
+            type.__setattr__(cls, name, fn)
         return fn(*args, **kwargs)
 
     stub = compile_on_first_call
     stub.__name__ = name
+    stub.__qualname__ = f"{cls.__qualname__}.{name}"
     return stub
-
-
-_STUB_CODE = _function("_", "", {}).__code__  # how _process tells a stub from a method
 
 
 def _init(cls: type, fields: list[_Field], frozen: bool, slots: bool) -> Callable[..., object]:
@@ -170,7 +166,7 @@ def _init(cls: type, fields: list[_Field], frozen: bool, slots: bool) -> Callabl
         + ("\n".join(body) if body else "    pass")
         + "\n"
     )
-    return _function("__init__", source, env)
+    return _function(cls, "__init__", source, env)
 
 
 def _tuple(names: list[str], var: str) -> str:
@@ -191,6 +187,7 @@ def _methods(
     out["__repr__"] = __repr__
     if eq:
         out["__eq__"] = _function(
+            cls,
             "__eq__",
             "def __eq__(self, other):\n"
             "    if other.__class__ is self.__class__:\n"
@@ -203,6 +200,7 @@ def _methods(
             if name in cls.__dict__:
                 raise TypeError(f"cannot overwrite attribute {name} in class {cls.__name__}")
             out[name] = _function(
+                cls,
                 name,
                 f"def {name}(self, other):\n"
                 "    if other.__class__ is self.__class__:\n"
@@ -237,7 +235,7 @@ def _hash(cls: type, fields: list[_Field], frozen: bool, eq: bool) -> object:
     if not frozen:
         return None
     compared = _tuple([f.name for f in fields if f.compare], "self")
-    return _function("__hash__", f"def __hash__(self):\n    return hash({compared})\n", {})
+    return _function(cls, "__hash__", f"def __hash__(self):\n    return hash({compared})\n", {})
 
 
 def _with_slots(cls: type, fields: list[_Field]) -> type:
@@ -294,9 +292,6 @@ def _process(cls: type, frozen: bool, slots: bool, order: bool, eq: bool) -> typ
         attrs["__setstate__"] = _setstate
     for name, value in attrs.items():
         type.__setattr__(cls, name, value)
-        if getattr(value, "__code__", None) is _STUB_CODE:
-            value._owner = cls  # type: ignore[attr-defined]
-            value.__qualname__ = f"{cls.__qualname__}.{name}"  # type: ignore[attr-defined]
     return cls
 
 

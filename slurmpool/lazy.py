@@ -14,22 +14,25 @@ if TYPE_CHECKING:
 
 
 def lazy_exports(
-    package: str, where: Mapping[str, str]
+    module: str, where: Mapping[str, str], package: str | None = None
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for ``package``: name -> submodule in ``where``."""
+    """``(__getattr__, __dir__)`` for ``module``: name -> the submodule of ``package``
+    (``module`` itself by default, for a package's ``__init__``) that defines it."""
     import sys
 
+    base = package or module
+
     def __getattr__(name: str) -> object:
-        module = where.get(name)
-        if module is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        where_from = where.get(name)
+        if where_from is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
         import importlib
 
-        value = getattr(importlib.import_module(f"{package}.{module}"), name)
-        setattr(sys.modules[package], name, value)  # later lookups are plain attributes
+        value = getattr(importlib.import_module(f"{base}.{where_from}"), name)
+        setattr(sys.modules[module], name, value)  # later lookups are plain attributes
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(vars(sys.modules[package])) | set(where))
+        return sorted(set(vars(sys.modules[module])) | set(where))
 
     return __getattr__, __dir__

@@ -16,6 +16,7 @@ Standard library only: the job hooks import this on every job start.  The
 
 from __future__ import annotations
 
+from slurmpool.lazy import lazy_exports
 from slurmpool.records import field, record
 
 TYPE_CHECKING = False
@@ -146,13 +147,8 @@ class SmSample:
     handle: object = field(repr=False)
 
 
-def __getattr__(name: str) -> object:
-    # GpuBackend is for type checkers; importing it at runtime is rare (tests).
-    if name == "GpuBackend":
-        from slurmpool.gpu.interface import GpuBackend
-
-        return GpuBackend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# GpuBackend is for type checkers; importing it at runtime is rare (tests).
+__getattr__, __dir__ = lazy_exports(__name__, {"GpuBackend": "interface"}, "slurmpool.gpu")
 
 
 # -- mig-minors ----------------------------------------------------------------

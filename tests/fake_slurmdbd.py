@@ -1,10 +1,14 @@
-"""Stand-in ``sacct``/``sacctmgr`` programs for the accounting tests (real executables).
+"""Stand-in ``sacct``/``sacctmgr``/``squeue`` programs for the accounting tests (real
+executables).
 
 They keep AdminComments in ``<dir>/db.json`` and behave like Slurm 22.05
 where slurmpool depends on it (SLURM_FACTS.md): ``sacctmgr modify job``
 lowercases the value and turns double quotes into backticks, changes
 nothing (exit 1, "Nothing modified") for a job without a record, and with
 ``<dir>/down`` present both print the errors of a dead slurmdbd and exit 1.
+``squeue`` stands for slurmctld, which a dead slurmdbd does not stop: it prints
+the line set with :meth:`FakeDbd.set_live` and fails like 22.05 for a job
+slurmctld does not know.
 """
 
 from __future__ import annotations
@@ -63,12 +67,27 @@ print(" Modified jobs...")
 )
 
 
+_SQUEUE = """
+import json, os, sys
+a = sys.argv[1:]
+job = a[a.index("-j") + 1]
+try:
+    live = json.load(open(os.path.join({dir!r}, "ctld.json")))
+except FileNotFoundError:
+    live = {{}}
+if job not in live:
+    sys.stderr.write("slurm_load_jobs error: Invalid job id specified\\n")
+    sys.exit(1)
+print(live[job])
+"""
+
+
 class FakeDbd:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         self.bin = directory / "bin"
         self.bin.mkdir(parents=True, exist_ok=True)
-        for prog, body in (("sacct", _SACCT), ("sacctmgr", _SACCTMGR)):
+        for prog, body in (("sacct", _SACCT), ("sacctmgr", _SACCTMGR), ("squeue", _SQUEUE)):
             path = self.bin / prog
             path.write_text(f"#!{sys.executable}\n" + body.format(dir=str(directory), prog=prog))
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -83,6 +102,13 @@ class FakeDbd:
             return dict(json.loads((self.dir / "db.json").read_text()))
         except FileNotFoundError:
             return {}
+
+    def set_live(self, job_id: str, squeue_line: str) -> None:
+        """What slurmctld says of ``job_id`` (one ``squeue -O`` output line)."""
+        path = self.dir / "ctld.json"
+        live = json.loads(path.read_text()) if path.exists() else {}
+        live[job_id] = squeue_line
+        path.write_text(json.dumps(live))
 
     def set_down(self, down: bool) -> None:
         flag = self.dir / "down"

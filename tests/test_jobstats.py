@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -101,3 +102,68 @@ def test_jobstats_command_for_a_finished_job(tmp_path: Path) -> None:
     fake.set_down(True)
     res = CliRunner().invoke(main, ["jobstats", "9"], env={"PATH": str(fake.bin)})
     assert res.exit_code == 1 and "is slurmdbd up?" in res.output
+
+
+# What sacct shows for a job that started a moment ago (SLURM_FACTS.md: the database
+# lags slurmctld): still PENDING, no node, no start, nothing allocated.
+LAGGING = "alice|phys|gpu|None assigned|PENDING|Unknown|0|billing=1,cpu=1,gres/vgpu=1,node=1||"
+RUNNING_NOW = "9|RUNNING|alice|phys|gpu|n1|1:05|cpu=1,mem=100M,node=1,billing=1,gres/vgpu=1|"
+
+
+def _jobstats_json(fake: FakeDbd, *args: str) -> dict[str, object]:
+    res = CliRunner().invoke(
+        main,
+        ["jobstats", "9", "--json", "--monitor-url", "http://127.0.0.1:1", *args],
+        env={"PATH": str(fake.bin)},
+    )
+    assert res.exit_code == 0, res.output
+    view: dict[str, object] = json.loads(res.stdout)
+    return view
+
+
+def test_a_job_slurmctld_runs_is_running_while_sacct_still_says_pending(tmp_path: Path) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("9", LAGGING)
+    fake.set_live("9", RUNNING_NOW)
+    view = _jobstats_json(fake)
+    assert view["running"] is True and view["state"] == "RUNNING"
+    assert view["nodes"] == "n1" and view["elapsed_s"] == 65
+    assert view["requested"] == {"vgpu": 1, "gpu": None}
+    assert view["allocated"] == {"vgpu": 1, "gpu": None}
+    assert "cannot reach the node's monitor" in str(view["note"])
+
+
+def test_a_running_job_is_shown_while_slurmdbd_is_down_or_has_no_record_yet(
+    tmp_path: Path,
+) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.set_live("9", RUNNING_NOW)
+    view = _jobstats_json(fake)  # not in accounting at all yet
+    assert view["running"] is True and view["user"] == "alice" and view["nodes"] == "n1"
+    fake.add_job("9", LAGGING)
+    fake.set_down(True)
+    view = _jobstats_json(fake)
+    assert view["running"] is True and view["allocated"] == {"vgpu": 1, "gpu": None}
+
+
+def test_an_ended_job_is_not_running_whatever_lagging_sacct_says(tmp_path: Path) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("9", LAGGING.replace("PENDING", "RUNNING"))
+    fake.set_live("9", RUNNING_NOW.replace("RUNNING", "COMPLETED"))
+    view = _jobstats_json(fake)
+    assert view["running"] is False and view["state"] == "COMPLETED"
+    assert "no slurmpool summary in accounting yet" in str(view["note"])
+    # A job slurmctld no longer knows has ended: accounting is its record.
+    fake2 = FakeDbd(tmp_path / "dbd2")
+    fake2.add_job("9", LAGGING.replace("PENDING", "RUNNING"))
+    view = _jobstats_json(fake2)
+    assert view["running"] is False
+
+
+def test_a_job_neither_slurmctld_nor_accounting_knows_is_an_error(tmp_path: Path) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    res = CliRunner().invoke(main, ["jobstats", "9"], env={"PATH": str(fake.bin)})
+    assert res.exit_code == 1
+    assert "job 9 is not in accounting (sacct shows no record) nor known to slurmctld" in (
+        res.output
+    )

@@ -6,7 +6,7 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -16,10 +16,9 @@ from slurmpool.cli.nodeopts import slurm_runner
 FIELDS = (
     "JobIDRaw,User,Account,Partition,NodeList,State,Start,ElapsedRaw,ReqTRES,AllocTRES,AdminComment"
 )
-LIVE_STATES = ("RUNNING", "COMPLETING", "SUSPENDED")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     raise SystemExit(EXIT_FAIL)
 
@@ -62,8 +61,9 @@ def jobstats(
     """What a job asked for, what it got, how busy its GPUs were, and whether a
     smaller request would have fitted.
 
-    Finished jobs are read from accounting (the summary in AdminComment);
-    running ones from the monitord of their node.
+    Whether the job runs now is slurmctld's to say while it knows the job
+    (accounting lags it by seconds); running jobs are read from the monitord
+    of their node, finished ones from accounting (the summary in AdminComment).
 
     Example: ``slurmpool jobstats 4242``
     """
@@ -73,23 +73,41 @@ def jobstats(
     from slurmpool.report.jobstats import build_view, render_text
     from slurmpool.slurm.parse import parse_nodes
     from slurmpool.slurm.runner import SlurmCommandError
+    from slurmpool.slurm.squeue import (
+        LIVE_STATES,
+        LiveJob,
+        SqueueOutputError,
+        merged_fields,
+        read_live_job,
+    )
 
     if not job_id.isdigit():
         _fail(f"job id {job_id!r}: expected digits")
     runner = slurm_runner()
+    # slurmctld says whether the job runs now (sacct shows it PENDING for a while
+    # after it started); accounting holds the rest and is the record once it ended.
+    live: LiveJob | None = None
+    ctld_answered = True
+    try:
+        live = read_live_job(runner, job_id)
+    except (SlurmCommandError, SqueueOutputError):
+        ctld_answered = False
+    accounting: dict[str, str] | None = None
     try:
         res = runner.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", FIELDS, timeout=30)
     except SlurmCommandError as e:
-        _fail(f"cannot read job {job_id} from accounting (is slurmdbd up?): {e}")
-        return
-    names = FIELDS.split(",")
-    rows = [line.split("|", len(names) - 1) for line in res.stdout.splitlines() if line.strip()]
-    rows = [r for r in rows if len(r) == len(names) and r[0] == job_id]
-    if not rows:
-        _fail(f"job {job_id} is not in accounting (sacct shows no record)")
-    fields = dict(zip(names, rows[-1], strict=True))
+        if live is None or not live.running:
+            _fail(f"cannot read job {job_id} from accounting (is slurmdbd up?): {e}")
+    else:
+        names = FIELDS.split(",")
+        rows = [line.split("|", len(names) - 1) for line in res.stdout.splitlines() if line.strip()]
+        rows = [r for r in rows if len(r) == len(names) and r[0] == job_id]
+        accounting = dict(zip(names, rows[-1], strict=True)) if rows else None
+    fields = merged_fields(accounting, live)
+    if fields is None:
+        _fail(f"job {job_id} is not in accounting (sacct shows no record) nor known to slurmctld")
     state = fields["State"].split(" ", 1)[0]
-    running = state in LIVE_STATES
+    running = live.running if live is not None else (not ctld_answered and state in LIVE_STATES)
     document: dict[str, Any] | None = None
     note = ""
     if running:
@@ -102,7 +120,9 @@ def jobstats(
 
                 with NodeStore(state_db) as store:
                     node = state_db.stem
-                    nodes[node] = build_job_summary(store, job_id=job_id, user=fields["User"])
+                    nodes[node] = build_job_summary(
+                        store, job_id=job_id, user=fields.get("User", "")
+                    )
             else:
                 for node in expand(fields["NodeList"]):
                     url = monitor_url
@@ -111,9 +131,9 @@ def jobstats(
                         found = parse_nodes(out)
                         addr = found[0].record.get("NodeAddr", node) if found else node
                         url = f"http://{addr}:{monitor_port}"
-                    live = _fetch(f"{url.rstrip('/')}/jobs/{job_id}")
-                    if live is not None:
-                        nodes[node] = live["part"]
+                    served = _fetch(f"{url.rstrip('/')}/jobs/{job_id}")
+                    if served is not None:
+                        nodes[node] = served["part"]
         except (OSError, SlurmCommandError, ValueError) as e:
             note = f"cannot reach the node's monitor ({e}); is slurmpool monitord running?"
         document = {"v": 1, "job": job_id, "nodes": nodes} if nodes else None

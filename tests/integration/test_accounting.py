@@ -33,7 +33,7 @@ import pytest
 from slurmpool.accounting.codec import decode, find_token
 from slurmpool.sandbox import procs
 
-from .conftest import Cluster
+from .conftest import TERMINAL, Cluster
 
 SOURCE = Path(__file__).resolve().parents[2]
 PY = f"PYTHONPATH={SOURCE} /usr/bin/python3"
@@ -41,14 +41,22 @@ USERS = ("sp-acct-ann", "sp-acct-ben")  # this module's own users: per-user tota
 NODES = ("sbx1", "sbx2")
 
 
-def poll(what: str, check: Callable[[], Any], timeout_s: float, interval_s: float = 0.5) -> Any:
+def poll(
+    what: str,
+    check: Callable[[], Any],
+    timeout_s: float,
+    interval_s: float = 0.5,
+    seen: Callable[[], str] | None = None,
+) -> Any:
+    """``check()``'s first true value; fail after ``timeout_s`` with what ``seen()`` says."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout_s:g} s")
+            detail = f"; last seen: {seen()}" if seen is not None else ""
+            raise AssertionError(f"{what}: not after {timeout_s:g} s{detail}")
         time.sleep(interval_s)
 
 
@@ -413,11 +421,53 @@ def _elapsed(cluster: Cluster, job: int) -> int:
     return int(out.split()[0])
 
 
+def _sacct_states(cluster: Cluster, jobs: list[int]) -> str:
+    return cluster.slurm.run(
+        "sacct",
+        "-X",
+        "-n",
+        "-P",
+        "-j",
+        ",".join(map(str, jobs)),
+        "-o",
+        "JobIDRaw,State,End,ElapsedRaw",
+        check=False,
+        timeout=15,
+    ).stdout
+
+
+def wait_until_accounted(cluster: Cluster, jobs: list[int], timeout_s: float = 60) -> None:
+    """Wait until sacct shows every job terminal with a known End.
+
+    slurmctld's records reach the database seconds after a job ends, and up to
+    20 s late after slurmdbd was down (SLURM_FACTS.md); until then sacct's
+    Elapsed grows with the clock and a windowed query may not list the job.
+    """
+
+    def accounted() -> bool:
+        rows = {}
+        for line in _sacct_states(cluster, jobs).splitlines():
+            jid, state, end, _elapsed = line.split("|")
+            rows[jid] = (state.split(" ", 1)[0], end)
+        return all(
+            str(j) in rows and rows[str(j)][0] in TERMINAL and rows[str(j)][1] != "Unknown"
+            for j in jobs
+        )
+
+    poll(
+        f"jobs {jobs} terminal with a known End in sacct",
+        accounted,
+        timeout_s,
+        seen=lambda: _sacct_states(cluster, jobs),
+    )
+
+
 def test_report_over_these_jobs(
     cluster: Cluster, monitors: Monitors, users: tuple[str, str], tmp_path: Path
 ) -> None:
     ann, ben = users
     assert set(JOBS) == {"mig", "whole", "running", "outage"}, "run the whole module"
+    wait_until_accounted(cluster, list(JOBS.values()))
     png, page = tmp_path / "heat.png", tmp_path / "report.html"
     res = run_cli(
         cluster,

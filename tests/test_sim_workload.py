@@ -138,6 +138,23 @@ def test_finishes_after_seconds(node: tuple[Path, NvmlBackend]) -> None:
     assert b.processes(1) == []
 
 
+def test_runs_until_its_release_file_exists(node: tuple[Path, NvmlBackend], tmp_path: Path) -> None:
+    state_dir, b = node
+    release = tmp_path / "release"
+    p = subprocess.Popen(
+        _workload("--until-file", str(release), "--seconds", "0.01"),
+        env=_env(state_dir, "1"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout is not None
+    assert "running" in p.stdout.readline()  # attached: it now waits for the file alone
+    assert p.poll() is None and [x.pid for x in b.processes(1)] == [p.pid]
+    release.touch()
+    assert p.wait(timeout=30) == 0
+    assert b.processes(1) == []
+
+
 def test_memory_beyond_device_is_refused_like_cuda_oom(node: tuple[Path, NvmlBackend]) -> None:
     state_dir, b = node
     out = subprocess.run(

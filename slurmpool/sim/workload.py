@@ -17,6 +17,10 @@ It behaves like a small CUDA program as far as slurmpool can tell:
   deregisters on exit, SIGTERM and SIGINT; if SIGKILLed, the simulator
   prunes the dead PID on the next read.
 
+It runs ``--seconds`` long, or with ``--until-file PATH`` until that file
+exists: a test holds a job on the file and releases it once it has looked,
+so no outcome depends on a job still running after so many seconds.
+
 The state directory comes from ``--state DIR`` or ``$SLURMPOOL_SIM_STATE``.
 Exit status: 0 done, 1 no usable device, 2 bad arguments, 3 permission
 denied, 4 out of memory.  Standard library only: it runs on a bare
@@ -169,6 +173,7 @@ def run(
     util: int,
     mem_mib: int,
     seconds: float,
+    until_file: str | None = None,
 ) -> int:
     """Run the workload; returns the exit status (see the module docstring)."""
     store = StateStore(state_dir)
@@ -212,7 +217,10 @@ def run(
             f"util {util}%, memory {mem_mib} MiB",
             flush=True,
         )
-        if seconds > 0:
+        if until_file is not None:
+            while not os.path.exists(until_file):
+                time.sleep(0.1)
+        elif seconds > 0:
             time.sleep(seconds)
         else:
             while True:
@@ -232,6 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--seconds", type=float, default=3.0, help="how long to run (0: until signalled)"
     )
+    parser.add_argument(
+        "--until-file",
+        metavar="PATH",
+        help="run until PATH exists instead of for --seconds (a test's release)",
+    )
     parser.add_argument("--state", help=f"simulator state directory (default: ${ENV_STATE_DIR})")
     args = parser.parse_args(argv)
     if not 0 <= args.util <= 100 or args.mem_mib < 0:
@@ -243,7 +256,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    return run(state_dir, os.environ, util=args.util, mem_mib=args.mem_mib, seconds=args.seconds)
+    return run(
+        state_dir,
+        os.environ,
+        util=args.util,
+        mem_mib=args.mem_mib,
+        seconds=args.seconds,
+        until_file=args.until_file,
+    )
 
 
 if __name__ == "__main__":

@@ -100,6 +100,11 @@ class Cluster:
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
 
+    def release_file(self, name: str) -> Path:
+        """A file not there yet: a job whose workload runs ``--until-file`` on it is held
+        until the test creates it, so no outcome depends on a job outliving N seconds."""
+        return self.workdir / f"release-{name}-{time.monotonic_ns()}"
+
     def on_node(self, node: str, argv: Sequence[str], timeout: float = 60) -> CommandResult:
         full = self.sandbox.on_node(node, argv)
         env = self.slurm.child_env()

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -178,15 +179,16 @@ def monitors(cluster: Cluster) -> Iterator[Monitors]:
         mons.stop_all()
 
 
-def workload(cluster: Cluster, seconds: float, util: int = 60, mem: int = 4000) -> str:
+def workload(cluster: Cluster, release: Path, util: int = 60, mem: int = 4000) -> str:
+    """The simulator's workload, held until the test creates ``release``."""
     state = cluster.sandbox.layout.node_root / "sim"
     return (
         f"{PY} -m slurmpool.sim.workload --state {state} --util {util} --mem-mib {mem} "
-        f"--seconds {seconds}"
+        f"--until-file {release}"
     )
 
 
-def submit(cluster: Cluster, user: str, gres: str, node: str, seconds: float, **kw: Any) -> int:
+def submit(cluster: Cluster, user: str, gres: str, node: str, release: Path, **kw: Any) -> int:
     out = cluster.workdir / f"acct-{user}-{gres.replace(':', '')}-{time.monotonic_ns()}.out"
     return cluster.submit(
         f"--gres={gres}",
@@ -195,9 +197,35 @@ def submit(cluster: Cluster, user: str, gres: str, node: str, seconds: float, **
         "-o",
         str(out),
         "--wrap",
-        workload(cluster, seconds, **kw),
+        workload(cluster, release, **kw),
         user=user,
     )
+
+
+def live_part(mon: Monitord, job: int) -> dict[str, Any] | None:
+    """The job's summary so far from its node's monitord (None before its first sample)."""
+    try:
+        with urllib.request.urlopen(f"{mon.url}/jobs/{job}", timeout=5) as resp:
+            part: dict[str, Any] = json.loads(resp.read().decode())["part"]
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+    return part
+
+
+def sampled(
+    mon: Monitord, job: int, n: int, mem_mib: int, util_at_least: float | None = None
+) -> Any:
+    """The job's live device summary once monitord holds ``n`` samples of it and has seen
+    the workload attached (``mem_mib`` in use; with ``util_at_least``, a mean that high)."""
+    part = live_part(mon, job)
+    devs = (part or {}).get("devices") or []
+    if not devs or devs[0]["samples"] < n or devs[0]["mem_max_mib"] != mem_mib:
+        return None
+    if util_at_least is not None and (devs[0]["util_mean"] or 0) < util_at_least:
+        return None
+    return devs[0]
 
 
 def admin_comment(cluster: Cluster, job: int) -> str | None:
@@ -255,8 +283,18 @@ def test_summaries_of_a_vgpu2_and_a_gpu1_job_reach_admin_comment(
     cluster: Cluster, monitors: Monitors, users: tuple[str, str]
 ) -> None:
     ann, ben = users
-    JOBS["mig"] = mig = submit(cluster, ann, "vgpu:2", "sbx1", 6)
-    JOBS["whole"] = whole = submit(cluster, ben, "gpu:1", "sbx1", 10)
+    release = cluster.release_file("summaries")
+    try:
+        JOBS["mig"] = mig = submit(cluster, ann, "vgpu:2", "sbx1", release)
+        JOBS["whole"] = whole = submit(cluster, ben, "gpu:1", "sbx1", release)
+        mon = monitors.running["sbx1"]
+        poll("6 samples of the vgpu:2 job", lambda: sampled(mon, mig, 6, 4000), 60)
+        # The whole GPU's mean counts the idle samples before the workload attached.
+        seen = poll(
+            "the gpu:1 job's workload sampled", lambda: sampled(mon, whole, 8, 4000, 50), 60
+        )
+    finally:
+        release.touch()
     assert cluster.wait(mig) == "COMPLETED" and cluster.wait(whole) == "COMPLETED"
 
     doc = stored_summary(cluster, mig)
@@ -277,9 +315,12 @@ def test_summaries_of_a_vgpu2_and_a_gpu1_job_reach_admin_comment(
     assert dev["kind"] == "gpu" and dev["gpu"] == 2  # the passthrough A100 reports utilisation
     assert dev["util_source"] == "nvml"
     # The job holds the GPU for a moment before its workload starts (interpreter start-up)
-    # and after it ends: those samples are honestly idle, so the mean is a little below 60.
-    assert dev["util_max"] == 60.0
-    assert dev["util_mean"] == pytest.approx(60, abs=6)
+    # and after it ends: those samples are honestly idle, so the mean is below 60, and it
+    # keeps every busy sample monitord had seen before the release.
+    assert dev["util_max"] == 60.0 and dev["samples"] >= seen["samples"]
+    assert dev["util_mean"] <= 60
+    busy_seen = seen["util_mean"] * seen["samples"]
+    assert dev["util_mean"] * dev["samples"] >= busy_seen - 0.1 * dev["samples"]
     UTIL["whole"] = dev["util_mean"]
     assert dev["mem_max_mib"] == 4000 and dev["energy_j"] and dev["energy_j"] > 0
     assert doc["nodes"]["sbx1"]["request"]["gpu"] == 1
@@ -293,8 +334,23 @@ def test_running_job_metrics_and_jobstats_then_finished_jobstats(
     cluster: Cluster, monitors: Monitors, users: tuple[str, str]
 ) -> None:
     ann, _ben = users
-    JOBS["running"] = job = submit(cluster, ann, "vgpu:1", "sbx2", 10, mem=2000)
-    mon = monitors.running["sbx2"]
+    release = cluster.release_file("running")
+    JOBS["running"] = job = submit(cluster, ann, "vgpu:1", "sbx2", release, mem=2000)
+    try:
+        _look_at_a_running_job(cluster, monitors.running["sbx2"], ann, job)
+    finally:
+        release.touch()
+    assert cluster.wait(job) == "COMPLETED"
+    stored_summary(cluster, job)
+    res = run_cli(cluster, "jobstats", str(job))
+    assert res.returncode == 0, res.stderr
+    assert f"job {job} ({ann}, account sandbox): COMPLETED" in res.stdout
+    assert "asked for: vgpu:1; got: vgpu:1" in res.stdout
+    assert "1g.10gb" in res.stdout and "mean n/a" in res.stdout
+    assert "peak 2.0 GiB" in res.stdout
+
+
+def _look_at_a_running_job(cluster: Cluster, mon: Monitord, ann: str, job: int) -> None:
     label = f'job="{job}"'
 
     mem_value = f" {2000 * 1024 * 1024:.1f}"  # once the workload has attached
@@ -318,15 +374,6 @@ def test_running_job_metrics_and_jobstats_then_finished_jobstats(
     assert view["running"] is True and view["state"] == "RUNNING"
     assert view["devices"][0]["profile"] == "1g.10gb" and view["devices"][0]["samples"] > 0
     assert view["devices"][0]["util_available"] is False
-
-    assert cluster.wait(job) == "COMPLETED"
-    stored_summary(cluster, job)
-    res = run_cli(cluster, "jobstats", str(job))
-    assert res.returncode == 0, res.stderr
-    assert f"job {job} ({ann}, account sandbox): COMPLETED" in res.stdout
-    assert "asked for: vgpu:1; got: vgpu:1" in res.stdout
-    assert "1g.10gb" in res.stdout and "mean n/a" in res.stdout
-    assert "peak 2.0 GiB" in res.stdout
 
 
 def _slurmdbd(cluster: Cluster) -> procs.Daemon:
@@ -368,11 +415,23 @@ def test_summary_survives_slurmdbd_down_at_job_end_and_a_monitord_restart(
     cluster: Cluster, monitors: Monitors, users: tuple[str, str]
 ) -> None:
     _ann, ben = users
-    JOBS["outage"] = job = submit(cluster, ben, "vgpu:2", "sbx2", 5, mem=3000)
-    poll("the job to run", lambda: cluster.job(job)["JobState"] == "RUNNING", 30)
+    release = cluster.release_file("outage")
+    JOBS["outage"] = job = submit(cluster, ben, "vgpu:2", "sbx2", release, mem=3000)
+    try:
+        poll("the job to run", lambda: cluster.job(job)["JobState"] == "RUNNING", 60)
+        # The workload attached: the job's memory peak is in the samples before it ends.
+        poll(
+            "the job's workload sampled",
+            lambda: sampled(monitors.running["sbx2"], job, 2, 3000),
+            60,
+        )
+    except BaseException:
+        release.touch()
+        raise
     dbd = _slurmdbd(cluster)
     procs.stop([dbd], grace_s=10)
     try:
+        release.touch()  # the job ends while slurmdbd is down
         assert cluster.wait(job) == "COMPLETED"
         pending = poll(
             "a failed push in sbx2's outbox",

@@ -72,11 +72,17 @@ def by_uuid(cluster: Cluster, node: str) -> dict[str, dict[str, Any]]:
     return {u: i for i in instances(cluster, node) for u in i["uuids"]}
 
 
-def workload(seconds: float, extra: str = "") -> str:
+def workload(seconds: float = 0, until: Path | None = None) -> str:
+    """The simulator's workload: ``seconds`` long (0: until cancelled), or held until the
+    test creates ``until``."""
     state = cluster_sim_dir()
-    return (
-        f"{PY} -m slurmpool.sim.workload --seconds {seconds} --mem-mib 100 --state {state} {extra}"
-    )
+    length = f"--until-file {until}" if until is not None else f"--seconds {seconds}"
+    return f"{PY} -m slurmpool.sim.workload {length} --mem-mib 100 --state {state}"
+
+
+def held(until: Path) -> str:
+    """Shell that waits until the test creates ``until`` (a job held on a file)."""
+    return f"until [ -e {until} ]; do sleep 0.1; done"
 
 
 def cluster_sim_dir() -> str:
@@ -154,22 +160,26 @@ def test_vgpu2_gets_a_2g_instance_that_lives_as_long_as_the_job(cluster: Cluster
     node = "sbx1"
     wait_empty(cluster, node)
     out = cluster.workdir / "vgpu2.out"
+    release = cluster.release_file("vgpu2")
     job = submit_on(
         cluster,
         node,
         "--gres=vgpu:2",
         out,
-        f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(6)}",
+        f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(until=release)}",
         user="sp-alice",
     )
-    line = poll("the job to print its device", lambda: first_line(out), 30)
-    uuid, profile = line.split()
-    assert uuid.startswith("MIG-") and profile == "2g.20gb"
-    during = by_uuid(cluster, node)
-    assert during[uuid]["profile"] == "2g.20gb"
-    # The workload really runs on that instance.
-    poll("the workload to start", lambda: "running: pid" in out.read_text(), 20)
-    assert f"({uuid})" in out.read_text()
+    try:
+        line = poll("the job to print its device", lambda: first_line(out), 60)
+        uuid, profile = line.split()
+        assert uuid.startswith("MIG-") and profile == "2g.20gb"
+        during = by_uuid(cluster, node)
+        assert during[uuid]["profile"] == "2g.20gb"
+        # The workload really runs on that instance.
+        poll("the workload to start", lambda: "running: pid" in out.read_text(), 60)
+        assert f"({uuid})" in out.read_text()
+    finally:
+        release.touch()
     assert cluster.wait(job) == "COMPLETED"
     poll("the instance to be destroyed", lambda: uuid not in by_uuid(cluster, node), 30)
     assert "DRAIN" not in node_info(cluster, node).flags
@@ -235,10 +245,15 @@ def test_fourteen_1g_jobs_run_at_once_and_a_fifteenth_waits(
         assert all(held[u]["profile"] == "1g.10gb" for u in uuids)
         states = {j: job_info(cluster, j).state for j in jobs}
         assert set(states.values()) == {"RUNNING"}, states
-        time.sleep(2)
-        pending = job_info(cluster, fifteenth)
-        # (22.05's parser keeps the rest of the Reason line: "Resources Dependency=(null)")
-        assert pending.state == "PENDING" and (pending.reason or "").startswith("Resources")
+
+        # Once the scheduler has looked at it, it waits for Resources (22.05's parser keeps
+        # the rest of the Reason line: "Resources Dependency=(null)").
+        def looked_at() -> Any:
+            j = job_info(cluster, fifteenth)
+            return j if j.state != "PENDING" or (j.reason or "").startswith("Resources") else None
+
+        pending = poll("the scheduler to look at the fifteenth job", looked_at, 60)
+        assert pending.state == "PENDING", pending
         assert pending.restarts == 0  # it was never started and requeued: it waited
     finally:
         cancel(cluster, [*jobs, fifteenth])
@@ -441,21 +456,25 @@ def test_vgpu14_gets_two_whole_gpu_instances(cluster: Cluster) -> None:
     node = "sbx1"
     wait_empty(cluster, node)
     out = cluster.workdir / "vgpu14.out"
+    release = cluster.release_file("vgpu14")
     job = submit_on(
         cluster,
         node,
         "--gres=vgpu:14",
         out,
-        "echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; sleep 3",
+        f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {held(release)}",
         user="sp-bob",
     )
-    line = poll("the job to print its devices", lambda: first_line(out), 30)
-    devices, profiles = line.split()
-    uuids = devices.split(",")
-    assert len(uuids) == 2 and profiles == "7g.80gb,7g.80gb"
-    held = by_uuid(cluster, node)
-    assert sorted(held[u]["gpu"] for u in uuids) == [0, 1]
-    assert all(held[u]["profile"] == "7g.80gb" for u in uuids)
+    try:
+        line = poll("the job to print its devices", lambda: first_line(out), 60)
+        devices, profiles = line.split()
+        uuids = devices.split(",")
+        assert len(uuids) == 2 and profiles == "7g.80gb,7g.80gb"
+        carved = by_uuid(cluster, node)
+        assert sorted(carved[u]["gpu"] for u in uuids) == [0, 1]
+        assert all(carved[u]["profile"] == "7g.80gb" for u in uuids)
+    finally:
+        release.touch()
     assert cluster.wait(job, 60) == "COMPLETED"
     wait_empty(cluster, node)
 

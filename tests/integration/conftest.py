@@ -23,6 +23,8 @@ from slurmpool.sandbox import Sandbox, SandboxOptions, SandboxState
 from slurmpool.sandbox.requirements import missing_programs
 from slurmpool.slurm import CommandResult, Runner, parse_jobs
 
+from .hygiene import restore
+
 HERE = Path(__file__).resolve().parent
 REQUIRE = os.environ.get("SLURMPOOL_REQUIRE_SLURM") == "1"
 USERS = ("sp-alice", "sp-bob")
@@ -150,3 +152,17 @@ def cluster() -> Iterator[Cluster]:
         sandbox.down()
         for user in created:
             subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_restored(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[None]:
+    """After each test, whether it passed or failed: no fault file, job, MIG instance or
+    drained node of its left for the next one; a test that left any fails, by name."""
+    yield
+    found = restore(cluster)
+    if found:
+        pytest.fail(
+            f"{request.node.nodeid} left the shared sandbox dirty (restored now): "
+            f"{found.describe()}",
+            pytrace=False,
+        )

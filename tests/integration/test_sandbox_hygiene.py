@@ -1,0 +1,30 @@
+"""What one test leaves behind is found and undone before the next runs."""
+
+from __future__ import annotations
+
+from slurmpool.gpu import open_backend
+from slurmpool.placement import Placement
+
+from .conftest import Cluster
+from .hygiene import restore
+
+
+def test_restore_finds_and_undoes_every_kind_of_leftover(cluster: Cluster) -> None:
+    fault = cluster.sandbox.layout.host_dir("sbx1") / "state" / "faults" / "after-create"
+    fault.parent.mkdir(exist_ok=True)
+    fault.touch()
+    held = cluster.submit("--hold", "-w", "sbx1", "--wrap", "true", user="sp-alice")
+    running = cluster.submit("-w", "sbx1", "--wrap", "sleep 600", user="sp-bob")
+    with open_backend(f"sim:{cluster.sandbox.layout.host_dir('sbx2') / 'sim'}") as backend:
+        leaked = backend.create_instance(0, "1g.10gb", Placement(6, 1))
+    cluster.slurm.run("scontrol", "update", "NodeName=sbx2", "State=DRAIN", "Reason=hygiene")
+
+    found = restore(cluster)
+
+    assert found.faults == ["sbx1:after-create"] and not fault.exists()
+    assert {line.split("|")[0] for line in found.jobs} == {str(held), str(running)}
+    assert found.instances == [f"sbx2 GPU 0 GI {leaked.gi_id} (1g.10gb)"]
+    assert len(found.drained) == 1 and found.drained[0].startswith("sbx2 ")
+    assert "hygiene" in found.describe() and "after-create" in found.describe()
+    assert cluster.wait(held) == "CANCELLED" and cluster.wait(running) == "CANCELLED"
+    assert not restore(cluster)  # nothing left: the next test finds the sandbox as new

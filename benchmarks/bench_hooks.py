@@ -124,10 +124,16 @@ def main() -> int:
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="slurmpool-bench-hooks-"))
+    try:
+        return _bench(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
+
+def _bench(args: argparse.Namespace, root: Path) -> int:
     from slurmpool.sim import create_node
 
-    root = Path(tempfile.mkdtemp(prefix="slurmpool-bench-hooks-"))
     sim_dir, dev = root / "sim", root / "dev"
     create_node(sim_dir, dev, [("A100-SXM4-80GB", True)] * 2, node_name="bench1")
     (root / "state").mkdir(mode=0o700)

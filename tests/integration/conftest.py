@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,8 +132,22 @@ def _ensure_users() -> list[str]:
     return created
 
 
+def _keep_logs(sandbox: Sandbox, nodes: Sequence[str], dest: Path) -> None:
+    """Copy the daemons' logs and each node's hook log to ``dest`` (before ``down``
+    removes them), so a failed CI run can be read without running it again."""
+    dest.mkdir(parents=True, exist_ok=True)
+    logs = sandbox.layout.log_dir
+    for path in sorted(logs.glob("*")) if logs.is_dir() else []:
+        if path.is_file():
+            shutil.copyfile(path, dest / path.name)
+    for node in nodes:
+        hooks = sandbox.layout.host_dir(node) / "state" / "hooks.log"
+        if hooks.is_file():
+            shutil.copyfile(hooks, dest / f"hooks-{node}.log")
+
+
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if REASON is not None:
         pytest.fail(f"SLURMPOOL_REQUIRE_SLURM=1 but the sandbox cannot run: {REASON}")
     directory = Path(tempfile.mkdtemp(prefix="slurmpool-it-", dir="/tmp"))
@@ -149,6 +164,10 @@ def cluster() -> Iterator[Cluster]:
         os.chmod(workdir, 0o1777)
         yield Cluster(sandbox, state, sandbox.slurm(), workdir)
     finally:
+        keep = os.environ.get("SLURMPOOL_IT_LOG_DIR")
+        recorded = sandbox.state()
+        if keep and request.session.testsfailed and recorded is not None:
+            _keep_logs(sandbox, recorded.nodes, Path(keep))
         sandbox.down()
         for user in created:
             subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)

@@ -41,7 +41,9 @@ def test_uninstall_restores_and_reinstall_works(cluster: Cluster) -> None:
     # Reinstall the same policy: the same bytes as the sandbox's install.
     policy = load_policy(cluster.state.policy, variables={"root": str(layout.node_root)})
     policy = cluster.sandbox._with_ports(policy, cluster.state.ports)
-    python, python_path = hook_interpreter(SandboxOptions(python=sys.executable))
+    python, python_path = hook_interpreter(
+        SandboxOptions(directory=layout.root, python=sys.executable)
+    )
     target = target_for_policy(
         policy,
         slurm_conf=str(conf),

@@ -25,6 +25,7 @@ from slurmpool.sandbox.requirements import missing_programs
 from slurmpool.slurm import CommandResult, Runner, parse_jobs
 
 from .hygiene import restore
+from .polling import poll
 
 HERE = Path(__file__).resolve().parent
 REQUIRE = os.environ.get("SLURMPOOL_REQUIRE_SLURM") == "1"
@@ -90,18 +91,16 @@ class Cluster:
 
     def wait(self, job_id: int, timeout_s: float = 60) -> str:
         """Wait until the job ends; return its final state."""
-        deadline = time.monotonic() + timeout_s
-        delay = 0.2
-        while True:
+
+        def state() -> str:
             res = self.slurm.run("scontrol", "show", "job", str(job_id), check=False, timeout=15)
             jobs = parse_jobs(res.stdout) if res.ok else []
-            if jobs and jobs[0].state in TERMINAL:
-                return jobs[0].state
-            if time.monotonic() > deadline:
-                state = jobs[0].state if jobs else "unknown"
-                raise AssertionError(f"job {job_id} still {state} after {timeout_s} s")
-            time.sleep(delay)
-            delay = min(delay * 1.5, 1.0)
+            return jobs[0].state if jobs else "unknown"
+
+        final: str = poll(
+            f"job {job_id} to end", lambda: (s := state()) in TERMINAL and s, timeout_s, seen=state
+        )
+        return final
 
     def release_file(self, name: str) -> Path:
         """A file not there yet: a job whose workload runs ``--until-file`` on it is held

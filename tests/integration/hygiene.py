@@ -10,13 +10,13 @@ and returns what it found, so the test that left it is named.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slurmpool.gpu import open_backend
 from slurmpool.slurm import parse_nodes
+
+from .polling import poll
 
 if TYPE_CHECKING:
     from .conftest import Cluster
@@ -50,17 +50,6 @@ class Leftovers:
         return "; ".join(parts)
 
 
-def _wait(what: str, check: Callable[[], Any], timeout_s: float = SETTLE_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"restoring the sandbox: {what} not after {timeout_s} s")
-        time.sleep(0.3)
-
-
 def _queue(cluster: Cluster, states: str | None = None) -> list[str]:
     args = ["-h", "-o", "%i|%T"] + ([f"--states={states}"] if states else [])
     out = cluster.slurm.run("squeue", *args, timeout=15).stdout
@@ -81,7 +70,7 @@ def _cancel_jobs(cluster: Cluster, found: Leftovers) -> None:
     if live:
         ids = [line.split("|", 1)[0] for line in live]
         cluster.slurm.run("scancel", *ids, check=False, timeout=15)
-    _wait("every job to end", lambda: not _queue(cluster))
+    poll("every job to end", lambda: not _queue(cluster), SETTLE_S)
 
 
 def _destroy_instances(cluster: Cluster, found: Leftovers) -> None:
@@ -110,7 +99,11 @@ def _resume_nodes(cluster: Cluster, found: Leftovers) -> None:
                 "scontrol", "update", f"NodeName={node.name}", "State=RESUME", check=False
             )
     if found.drained:
-        _wait("every node to take jobs again", lambda: all(n.available for n in _nodes(cluster)))
+        poll(
+            "every node to take jobs again",
+            lambda: all(n.available for n in _nodes(cluster)),
+            SETTLE_S,
+        )
 
 
 def restore(cluster: Cluster) -> Leftovers:

@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,30 +35,12 @@ from slurmpool.accounting.codec import decode, find_token
 from slurmpool.sandbox import procs
 
 from .conftest import TERMINAL, Cluster
+from .polling import poll
 
 SOURCE = Path(__file__).resolve().parents[2]
 PY = f"PYTHONPATH={SOURCE} /usr/bin/python3"
 USERS = ("sp-acct-ann", "sp-acct-ben")  # this module's own users: per-user totals are exact
 NODES = ("sbx1", "sbx2")
-
-
-def poll(
-    what: str,
-    check: Callable[[], Any],
-    timeout_s: float,
-    interval_s: float = 0.5,
-    seen: Callable[[], str] | None = None,
-) -> Any:
-    """``check()``'s first true value; fail after ``timeout_s`` with what ``seen()`` says."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = f"; last seen: {seen()}" if seen is not None else ""
-            raise AssertionError(f"{what}: not after {timeout_s:g} s{detail}")
-        time.sleep(interval_s)
 
 
 def free_port() -> int:

@@ -13,8 +13,7 @@ import json
 import os
 import pwd
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +23,13 @@ import slurmpool
 from slurmpool.slurm import parse_jobs, parse_nodes
 
 from .conftest import Cluster
+from .polling import poll
 
 SOURCE = str(Path(slurmpool.__file__).resolve().parents[1])
 # The job's interpreter: the system python3 every user can run, slurmpool from source.
 PY = f"PYTHONPATH={SOURCE} /usr/bin/python3"
 # Requeued jobs wait about cred_expire (10 s) plus scheduling: ~21 s measured.
 REQUEUE_WAIT_S = 90
-
-
-def poll(
-    what: str, check: Callable[[], Any], timeout_s: float = 30, interval_s: float = 0.3
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def sim_state(cluster: Cluster, node: str) -> dict[str, Any]:

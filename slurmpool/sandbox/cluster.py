@@ -228,7 +228,9 @@ def base_slurm_conf(layout: Layout, cluster: str, ports: dict[str, int]) -> str:
         "SlurmdParameters=config_overrides",
         "MpiDefault=none",
         "ReturnToService=2",
-        "SchedulerParameters=sched_min_interval=100000",
+        # sched_interval=5: the main scheduling loop (default every 60 s) picks up a
+        # requeued job, and sets a waiting job's Reason, within seconds.
+        "SchedulerParameters=sched_min_interval=100000,sched_interval=5",
         "MinJobAge=300",
         "KillWait=5",
         "InactiveLimit=0",

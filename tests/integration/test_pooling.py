@@ -28,8 +28,9 @@ from .polling import poll
 SOURCE = str(Path(slurmpool.__file__).resolve().parents[1])
 # The job's interpreter: the system python3 every user can run, slurmpool from source.
 PY = f"PYTHONPATH={SOURCE} /usr/bin/python3"
-# Requeued jobs wait about cred_expire (10 s) plus scheduling: ~21 s measured.
-REQUEUE_WAIT_S = 90
+# Requeued jobs wait about cred_expire (10 s) plus the next main scheduling pass
+# (sched_interval=5 in the sandbox): ~21 s measured; the bound only a failure reaches.
+REQUEUE_WAIT_S = 180
 
 
 def sim_state(cluster: Cluster, node: str) -> dict[str, Any]:

@@ -17,6 +17,9 @@ from __future__ import annotations
 import re
 
 from slurmpool.records import field, record
+from slurmpool.slurm.gres import Gres as Gres  # re-exported: callers find them here too
+from slurmpool.slurm.gres import gres_totals as gres_totals
+from slurmpool.slurm.gres import parse_gres as parse_gres
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -131,91 +134,6 @@ def parse_records(text: str, first_key: str) -> list[Record]:
                 continue
             pairs.append((key, value))
     return [Record(tuple(p)) for p in records]
-
-
-# --- GRES strings ---------------------------------------------------------
-
-
-@record(frozen=True, slots=True)
-class Gres:
-    """One GRES item, e.g. ``gpu:a100:1(IDX:0)`` -> name gpu, type a100, count 1."""
-
-    name: str
-    type: str | None
-    count: int
-    detail: str | None = None  # what was in parentheses: "IDX:0", "S:0", "CNT:2"
-
-    def __str__(self) -> str:
-        base = self.name if self.type is None else f"{self.name}:{self.type}"
-        return f"{base}:{self.count}"
-
-    @property
-    def key(self) -> str:
-        return self.name if self.type is None else f"{self.name}:{self.type}"
-
-
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside parentheses."""
-    parts: list[str] = []
-    depth = 0
-    current = ""
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    if current:
-        parts.append(current)
-    return parts
-
-
-def parse_gres(text: str | None) -> list[Gres]:
-    """Parse a GRES list as Slurm prints it.
-
-    Accepts ``gpu:a100:1,vgpu:14``, ``gpu:a100:1(S:0)``, ``vgpu:2(CNT:2)``,
-    the TRES forms ``gres:vgpu:3`` and ``gres/vgpu:2``, and ``(null)``.
-    A missing count means 1.
-    """
-    if text is None:
-        return []
-    text = text.strip()
-    if not text or text in ("(null)", "N/A"):
-        return []
-    items: list[Gres] = []
-    for part in _split_top_level(text):
-        part = part.strip()
-        detail = None
-        if "(" in part and part.endswith(")"):
-            part, detail = part[: part.index("(")], part[part.index("(") + 1 : -1]
-        if part.startswith("gres:"):
-            part = part[len("gres:") :]
-        elif part.startswith("gres/"):
-            part = part[len("gres/") :]
-        fields = part.split(":")
-        count = 1
-        if len(fields) > 1 and fields[-1].isdigit():
-            count = int(fields.pop())
-        if not fields or not fields[0] or len(fields) > 2:
-            raise ValueError(f"cannot parse GRES item {part!r}; expected NAME[:TYPE][:COUNT]")
-        if detail is not None and detail.startswith("CNT:") and detail[4:].isdigit():
-            count = int(detail[4:])  # 22.05 `show job -d`: "vgpu(CNT:3)"
-        items.append(Gres(fields[0], fields[1] if len(fields) == 2 else None, count, detail))
-    return items
-
-
-def gres_totals(items: list[Gres]) -> dict[str, int]:
-    """Count per ``name`` and per ``name:type`` (the untyped total includes typed items)."""
-    totals: dict[str, int] = {}
-    for g in items:
-        totals[g.name] = totals.get(g.name, 0) + g.count
-        if g.type is not None:
-            totals[g.key] = totals.get(g.key, 0) + g.count
-    return totals
 
 
 # --- nodes ----------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Everything is real but Slurm: the simulator is the NVML module, the hooks run through
 their entry point (in this process or as separate processes, as slurmd runs them), and
-``scontrol`` is a small executable that records its arguments and prints a canned
-``show job`` record.
+``squeue`` and ``scontrol`` are small executables that record their arguments; ``squeue
+-h -j ID -O ...`` prints the allocation a test set for the job (as slurmctld would), and
+``scontrol show job`` a canned record.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from slurmpool.configgen.nodeconfig import load_node_config
 from slurmpool.gpu import open_backend
 from slurmpool.gpu.nvml import NvmlBackend
+from slurmpool.hostlist import expand
 from slurmpool.pooling.node import Deadline, Job, Node
 from slurmpool.sim import create_node
 from slurmpool.state.store import NodeStore, open_node_store
@@ -48,6 +50,23 @@ printf '%s\\n' "$*" >> "{calls}"
 if [ "$1" = show ]; then cat "{record}"; fi
 exit 0
 """
+
+FAKE_SQUEUE = """#!/bin/sh
+# Records every call; prints the job's allocation line (or AdminComment line) if set.
+printf 'squeue %s\\n' "$*" >> "{calls}"
+case "$5" in *AdminComment*) f="{jobs}/$3.comment" ;; *) f="{jobs}/$3.alloc" ;; esac
+if [ -f "$f" ]; then cat "$f"; fi
+exit 0
+"""
+
+
+def squeue_line(job_id: str, vgpu: int = 0, nodes: str = NODE) -> str:
+    """The line ``read_allocation``'s squeue call prints (as 22.05 does)."""
+    count = len(expand(nodes))
+    tres = f"cpu={count},mem={100 * count}M,node={count},billing={count}"
+    if vgpu:
+        tres += f",gres/vgpu={vgpu * count}"
+    return f"{job_id}|{nodes}|{f'gres:vgpu:{vgpu}' if vgpu else 'N/A'}|{tres}|\n"
 
 
 def gpu_entry(index: int, model: str, mode: str, **kw: Any) -> dict[str, Any]:
@@ -85,6 +104,13 @@ class Pool:
         path = self.bin_dir / "calls.log"
         return path.read_text().splitlines() if path.exists() else []
 
+    def set_allocation(self, job_id: str, vgpu: int = 0, admin_comment: str = "") -> None:
+        """What slurmctld allocated to the job on this node (what the fake squeue prints)."""
+        jobs = self.bin_dir / "jobs"
+        jobs.mkdir(exist_ok=True)
+        (jobs / f"{job_id}.alloc").write_text(squeue_line(job_id, vgpu))
+        (jobs / f"{job_id}.comment").write_text(f"{job_id}|{admin_comment or '(null)'}|\n")
+
     def set_job_record(self, job_id: str, tres: str, admin_comment: str = "(null)") -> None:
         (self.bin_dir / "record.txt").write_text(
             f"JobId={job_id} JobName=t\n   UserId=alice(1000) GroupId=alice(1000)\n"
@@ -93,7 +119,22 @@ class Pool:
             f"   TresPerNode={tres}\n"
         )
 
-    def env(self, job_id: str, uid: int = 1000, user: str = "alice", **more: str) -> dict[str, str]:
+    def env(
+        self,
+        job_id: str,
+        uid: int = 1000,
+        user: str = "alice",
+        vgpu: int | None = None,
+        **more: str,
+    ) -> dict[str, str]:
+        """The prolog's environment for a job; ``vgpu`` also sets the job's allocation and
+        the Extra job_submit.lua would store (23.02+).  A job without an allocation set
+        is a CPU job."""
+        if vgpu is not None:
+            self.set_allocation(job_id, vgpu)
+            more = {"SLURM_JOB_EXTRA": f"slurmpool:vgpu={vgpu}", **more}
+        elif job_id.isdigit() and not (self.bin_dir / "jobs" / f"{job_id}.alloc").exists():
+            self.set_allocation(job_id)
         return {
             "PATH": f"{self.bin_dir}:/usr/bin:/bin",
             "SLURM_JOB_ID": job_id,
@@ -234,6 +275,9 @@ def make_pool(
         FAKE_SCONTROL.format(calls=bin_dir / "calls.log", record=bin_dir / "record.txt")
     )
     scontrol.chmod(0o755)
+    squeue = bin_dir / "squeue"
+    squeue.write_text(FAKE_SQUEUE.format(calls=bin_dir / "calls.log", jobs=bin_dir / "jobs"))
+    squeue.chmod(0o755)
     pool = Pool(root, config_path, sim_dir, dev, bin_dir)
     pool.set_job_record("0", "(null)")
     return pool

@@ -40,8 +40,10 @@ NEVER = (
 )
 # The task prolog only reads the job's export file: no store, no GPU.
 NOT_IN_TASK_PROLOG = ("sqlite3", "pynvml", "ctypes", "subprocess", "slurmpool.gpu.nvml")
-# The request is in SLURM_JOB_EXTRA: no scontrol.
-NOT_ON_THE_COMMON_PATH = ("subprocess", "slurmpool.slurm.runner", "slurmpool.slurm.parse")
+# The prolog reads the allocation with one squeue call (subprocess); nothing else
+# needs Slurm, and nothing needs the text parser.
+NOT_ON_THE_COMMON_PATH = ("slurmpool.slurm.parse",)
+ONLY_IN_THE_PROLOG = ("subprocess", "slurmpool.slurm.runner", "slurmpool.slurm.allocation")
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def _imports(pool: Pool, wrapper: Path, job_id: str, hook: str) -> set[str]:
         job_id,
         uid=os.getuid(),
         SLURM_JOB_GID=str(os.getgid()),
-        SLURM_JOB_EXTRA="slurmpool:vgpu=2",
+        vgpu=2,
         SLURM_SCRIPT_CONTEXT=hook,
     )
     proc = subprocess.run([str(wrapper)], env=env, capture_output=True, text=True, timeout=60)
@@ -100,3 +102,6 @@ def test_each_hook_imports_only_what_the_job_needs(wrapped: tuple[Pool, dict[str
         if hook == "task-prolog":
             assert sorted(modules & set(NOT_IN_TASK_PROLOG)) == []
         assert sorted(modules & set(NOT_ON_THE_COMMON_PATH)) == [], hook
+        if hook != "prolog":
+            assert sorted(modules & set(ONLY_IN_THE_PROLOG)) == [], hook
+    assert set(ONLY_IN_THE_PROLOG) <= seen["prolog"]

@@ -104,12 +104,12 @@ def test_round_trip_restores_bytes_and_site_prolog_runs(site: dict[str, Path]) -
         "SLURM_JOB_ID": "42",
         "SLURMD_NODENAME": "sbx1",
         "SLURM_JOB_UID": "0",
-        "SLURM_JOB_EXTRA": "slurmpool:vgpu=0",  # no vgpu: the prolog needs no scontrol
-    }
+    }  # no slurmctld here: the prolog cannot read the allocation, carves nothing, exits 0
     res = subprocess.run([str(prolog)], env=env, capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     assert site["log"].read_text() == "site prolog 42\n"
     assert "hook=prolog action=job-start" in res.stderr
+    assert "action=request-unknown" in res.stderr
     assert "job=42" in (state / "hooks.log").read_text()
 
     epilog = Path(policy.paths.hooks_dir) / "epilog"

@@ -42,15 +42,26 @@ def test_every_installed_hook_has_an_entry_point() -> None:
     assert set(HOOKS) == {h.name for h in INSTALLED_HOOKS}
 
 
+def cpu_job_squeue(bin_dir: Path, job_id: str) -> Path:
+    """A stand-in ``squeue`` that reports ``job_id`` as a CPU job (slurmctld's answer)."""
+    from pooling_env import squeue_line
+
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "alloc").write_text(squeue_line(job_id, 0, nodes="sbx2"))
+    squeue = bin_dir / "squeue"
+    squeue.write_text(f"#!/bin/sh\ncat {bin_dir / 'alloc'}\n")
+    squeue.chmod(0o755)
+    return bin_dir
+
+
 @pytest.mark.parametrize("hook", sorted(HOOKS))
 def test_hooks_log_one_line_and_exit_0(hook: str, node_config: Path, tmp_path: Path) -> None:
     env = {
+        "PATH": f"{cpu_job_squeue(tmp_path / 'bin', '12')}:/usr/bin:/bin",
         "SLURM_JOB_ID": "12",
         "SLURM_JOB_UID": "1000",
         "SLURM_JOB_USER": "alice",
         "SLURMD_NODENAME": "sbx2",
-        # The request as job_submit.lua stores it (23.02+): no vgpu, so no scontrol call.
-        "SLURM_JOB_EXTRA": "slurmpool:vgpu=0",
     }
     log = tmp_path / "hooks.log"
     rc, err = run(hook, node_config, env, log)
@@ -144,6 +155,6 @@ def test_prolog_and_epilog_import_no_startup_heavy_module() -> None:
 
 
 def test_prolog_common_path_runs_no_subprocess_module() -> None:
-    # scontrol (slurm.runner, subprocess) only for a request not in SLURM_JOB_EXTRA or a requeue.
+    # Imported when called (the squeue read, the text fallback), not with the modules.
     watch = ("subprocess", "slurmpool.slurm.runner", "slurmpool.slurm.parse")
     assert _imported_by(["slurmpool.hooks.__main__", "slurmpool.pooling.prolog"], watch) == []

@@ -20,13 +20,11 @@ from slurmpool.pooling.request import (
     RequestError,
     mig_profiles,
     passthrough_gpus,
-    read_vgpu,
     shares_wanted,
-    vgpu_from_extra,
+    vgpu_claimed_in_extra,
 )
 from slurmpool.pooling.requeue import admin_comment, clean
 from slurmpool.pooling.shared import SharedGpu, choose, mps_env
-from slurmpool.slurm.parse import parse_gres
 from slurmpool.state.store import Allocation
 
 A100 = "A100-SXM4-80GB"
@@ -46,31 +44,28 @@ TABLE = {
     [
         ("slurmpool:vgpu=2", 2),
         (" slurmpool:vgpu=14\n", 14),
-        ("slurmpool:vgpu=2; rm -rf /", None),
+        ("SlurmPool : VGPU = 7", 7),
+        ("mine slurmpool:vgpu=3,x", 3),
         ("slurmpool:vgpu=$(id)", None),
         ("slurmpool:vgpu=", None),
         ("user's own extra", None),
         ("", None),
         (None, None),
     ],
-    ids=["plain", "whitespace", "shell-tail", "subst", "empty-count", "other", "blank", "unset"],
+    ids=[
+        "plain",
+        "whitespace",
+        "case-spacing",
+        "inside",
+        "subst",
+        "empty",
+        "other",
+        "blank",
+        "unset",
+    ],
 )
-def test_vgpu_from_extra(extra: str | None, want: int | None) -> None:
-    assert vgpu_from_extra(extra) == want
-
-
-def test_read_vgpu_asks_slurm_only_without_our_extra() -> None:
-    calls: list[int] = []
-
-    def tres() -> list:  # type: ignore[type-arg]
-        calls.append(1)
-        return parse_gres("gres:vgpu:3")
-
-    assert read_vgpu({"SLURM_JOB_EXTRA": "slurmpool:vgpu=2"}, tres).count == 2
-    assert calls == []
-    req = read_vgpu({}, tres)
-    assert (req.count, req.source, calls) == (3, "scontrol", [1])
-    assert read_vgpu({}, lambda: parse_gres("gres:gpu:1")).count == 0
+def test_vgpu_claimed_in_extra(extra: str | None, want: int | None) -> None:
+    assert vgpu_claimed_in_extra(extra) == want
 
 
 @pytest.mark.parametrize(

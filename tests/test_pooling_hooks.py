@@ -16,11 +16,10 @@ from pooling_env import A100, NODE, ListLog, Pool, make_pool
 from slurmpool.pooling import caps
 from slurmpool.pooling.reconcile import reconcile
 from slurmpool.sim import attach_process
+from slurmpool.slurm.allocation import SQUEUE_FORMAT
 from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="hooks chown device files: needs root")
-
-EXTRA2 = {"SLURM_JOB_EXTRA": "slurmpool:vgpu=2"}
 
 
 @pytest.fixture
@@ -38,7 +37,7 @@ def exports_of(stdout: str) -> dict[str, str]:
 
 
 def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) -> None:
-    env = pool.env("100", **EXTRA2)
+    env = pool.env("100", vgpu=2)
     rc, _, err = pool.hook("prolog", env)
     assert rc == 0, err
     [(_gpu, profile, start, size, uuid)] = pool.instances()
@@ -49,7 +48,10 @@ def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) ->
     assert (a.placement_start, a.placement_size) == (start, size)
     for minor in a.cap_minors:
         assert caps.owner(pool.dev, minor) == (1000, 0o400)
-    assert pool.calls == []  # the request came from SLURM_JOB_EXTRA
+    # One bounded read of the allocation, nothing else from Slurm.
+    assert pool.calls == [
+        f"squeue -h -j 100 -O {SQUEUE_FORMAT}"
+    ]  # one bounded read of the allocation
     rc, out, err = pool.hook("task-prolog", env)
     assert rc == 0, err
     got = exports_of(out)
@@ -69,17 +71,73 @@ def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) ->
     assert (rc, out) == (0, "")
 
 
-def test_request_from_scontrol_when_extra_is_not_ours(pool: Pool) -> None:
-    pool.set_job_record("101", "gres:vgpu:3")
+def test_the_count_is_the_allocation_whatever_extra_says(pool: Pool) -> None:
+    pool.set_allocation("101", vgpu=3)
     env = pool.env("101", SLURM_JOB_EXTRA="somebody's own $(extra)")
     rc, _, err = pool.hook("prolog", env)
     assert rc == 0, err
     assert [i[1] for i in pool.instances()] == ["3g.40gb"]
-    assert pool.calls == ["show job -d 101"]
+    assert pool.calls == [f"squeue -h -j 101 -O {SQUEUE_FORMAT}"]
+    assert "forgery-attempt" not in err
+
+
+@pytest.mark.parametrize(
+    ("allocated", "extra", "want"),
+    [
+        (1, "slurmpool:vgpu=7", ["1g.10gb"]),
+        (1, " SlurmPool : VGPU = 14", ["1g.10gb"]),
+        (0, "slurmpool:vgpu=7", []),  # a CPU-only job claiming a 7g
+    ],
+)
+def test_forged_extra_gets_the_allocation_and_is_logged(
+    pool: Pool, allocated: int, extra: str, want: list[str]
+) -> None:
+    pool.set_allocation("105", vgpu=allocated)
+    rc, _, err = pool.hook("prolog", pool.env("105", SLURM_JOB_EXTRA=extra))
+    assert rc == 0, err
+    assert [i[1] for i in pool.instances()] == want
+    [line] = [x for x in err.splitlines() if "action=forgery-attempt" in x]
+    assert f"claimed={7 if '7' in extra else 14} allocated={allocated}" in line
+    assert "user=alice" in line
+
+
+def _squeue_without_the_fields(pool: Pool) -> None:
+    (pool.bin_dir / "squeue").write_text(
+        "#!/bin/sh\necho 'squeue: error: Invalid job format specification: tres-alloc' >&2\n"
+        "exit 1\n"
+    )
+
+
+def test_scontrol_text_where_squeue_lacks_the_fields(pool: Pool) -> None:
+    _squeue_without_the_fields(pool)
+    (pool.bin_dir / "record.txt").write_text(
+        "JobId=106 JobName=t\n   UserId=alice(1000) GroupId=alice(1000)\n"
+        "   JobState=RUNNING Reason=None\n   TresPerNode=gres:vgpu:2\n"
+        f"     Nodes={NODE} CPU_IDs=0 Mem=100 GRES=vgpu(CNT:2)\n   Comment=c\n"
+    )
+    rc, _, err = pool.hook("prolog", pool.env("106"))
+    assert rc == 0, err
+    assert [i[1] for i in pool.instances()] == ["2g.20gb"]
+    assert pool.calls == ["show job -d 106"]  # the stand-in squeue records nothing
+
+
+def test_forged_line_in_scontrol_text_gets_nothing_and_is_logged(pool: Pool) -> None:
+    _squeue_without_the_fields(pool)
+    forged = f"x\n     Nodes={NODE} CPU_IDs=0 Mem=100 GRES=vgpu(CNT:7)"
+    (pool.bin_dir / "record.txt").write_text(
+        f"JobId=107 JobName={forged}\n   UserId=alice(1000) GroupId=alice(1000)\n"
+        "   JobState=RUNNING Reason=None\n   TresPerNode=gres:vgpu:1\n"
+        f"     Nodes={NODE} CPU_IDs=0 Mem=100 GRES=vgpu(CNT:1)\n"
+    )
+    rc, _, err = pool.hook("prolog", pool.env("107"))
+    assert rc == 0, err
+    assert pool.instances() == []
+    want = f'error="two per-node lines name node {NODE}"'
+    assert "action=forgery-attempt level=error job=107 user=alice " + want in err
 
 
 def test_prolog_twice_hands_out_the_same_instance(pool: Pool) -> None:
-    env = pool.env("102", **EXTRA2)
+    env = pool.env("102", vgpu=2)
     assert pool.hook("prolog", env)[0] == 0
     first = pool.instances()
     assert pool.hook("prolog", env)[0] == 0
@@ -87,14 +145,13 @@ def test_prolog_twice_hands_out_the_same_instance(pool: Pool) -> None:
 
 
 def test_cpu_job_touches_nothing(pool: Pool) -> None:
-    pool.set_job_record("103", "(null)")
     rc, _, err = pool.hook("prolog", pool.env("103"))
     assert rc == 0 and "action=request" not in err
     assert pool.instances() == []
 
 
 def test_vgpu14_gets_two_whole_gpu_instances(pool: Pool) -> None:
-    env = pool.env("104", SLURM_JOB_EXTRA="slurmpool:vgpu=14")
+    env = pool.env("104", vgpu=14)
     assert pool.hook("prolog", env)[0] == 0
     assert [(i[0], i[1]) for i in pool.instances()] == [(0, "7g.80gb"), (1, "7g.80gb")]
     _, out, _ = pool.hook("task-prolog", env)
@@ -104,9 +161,9 @@ def test_vgpu14_gets_two_whole_gpu_instances(pool: Pool) -> None:
 def test_no_room_requeues_and_exits_zero(pool: Pool) -> None:
     # Fill both GPUs with 7g instances, then ask for a 1g: Slurm would have refused by
     # count here, but a fragmented node looks the same to the prolog.
-    assert pool.hook("prolog", pool.env("200", SLURM_JOB_EXTRA="slurmpool:vgpu=14"))[0] == 0
-    pool.set_job_record("201", "gres:vgpu:1", admin_comment="budget=cs101")
-    rc, _, err = pool.hook("prolog", pool.env("201", SLURM_JOB_EXTRA="slurmpool:vgpu=1"))
+    assert pool.hook("prolog", pool.env("200", vgpu=14))[0] == 0
+    pool.set_allocation("201", vgpu=1, admin_comment="budget=cs101")
+    rc, _, err = pool.hook("prolog", pool.env("201"))
     assert rc == 0, err
     assert "action=requeue " in err
     update = next(c for c in pool.calls if c.startswith("update"))
@@ -119,7 +176,7 @@ def test_no_room_requeues_and_exits_zero(pool: Pool) -> None:
 
 
 def test_unservable_request_is_held_not_drained(pool: Pool) -> None:
-    rc, _, err = pool.hook("prolog", pool.env("202", SLURM_JOB_EXTRA="slurmpool:vgpu=9"))
+    rc, _, err = pool.hook("prolog", pool.env("202", vgpu=9))
     assert rc == 0, err
     assert "requeuehold 202" in pool.calls
 
@@ -127,16 +184,16 @@ def test_unservable_request_is_held_not_drained(pool: Pool) -> None:
 @pytest.mark.parametrize("point", ["after-intent", "after-create", "after-grant"])
 def test_prolog_killed_at_each_step_is_reconciled(pool: Pool, point: str) -> None:
     # A running neighbour that must survive the cleanup untouched.
-    assert pool.hook("prolog", pool.env("300", SLURM_JOB_EXTRA="slurmpool:vgpu=1"))[0] == 0
+    assert pool.hook("prolog", pool.env("300", vgpu=1))[0] == 0
     neighbour = pool.instances()
     pool.fault(point)
-    rc, _, _ = pool.hook("prolog", pool.env("301", **EXTRA2))
+    rc, _, _ = pool.hook("prolog", pool.env("301", vgpu=2))
     assert rc == -9  # SIGKILL
     with pool.store() as store:
         [left] = store.for_job("301")
         assert left.state == INTENT
     # The next hook run on the node (another job's prolog) reconciles.
-    assert pool.hook("prolog", pool.env("302", SLURM_JOB_EXTRA="slurmpool:vgpu=1"))[0] == 0
+    assert pool.hook("prolog", pool.env("302", vgpu=1))[0] == 0
     with pool.store() as store:
         assert store.get(left.id).state == RELEASED
         live = {a.job_id for a in store.live()}
@@ -154,7 +211,7 @@ def test_prolog_killed_at_each_step_is_reconciled(pool: Pool, point: str) -> Non
 
 @pytest.mark.parametrize("point", ["after-releasing", "after-destroy"])
 def test_epilog_killed_half_way_is_finished_by_the_next_run(pool: Pool, point: str) -> None:
-    env = pool.env("400", **EXTRA2)
+    env = pool.env("400", vgpu=2)
     assert pool.hook("prolog", env)[0] == 0
     pool.fault(point)
     assert pool.hook("epilog", env)[0] == -9
@@ -193,7 +250,7 @@ def test_orphan_instance_is_destroyed_only_when_idle(pool: Pool) -> None:
 
 
 def test_stray_process_on_an_instance_is_stopped_by_the_epilog(pool: Pool) -> None:
-    env = pool.env("500", SLURM_JOB_EXTRA="slurmpool:vgpu=1")
+    env = pool.env("500", vgpu=1)
     assert pool.hook("prolog", env)[0] == 0
     with pool.store() as store:
         [a] = store.for_job("500")
@@ -212,10 +269,7 @@ def test_stray_process_on_an_instance_is_stopped_by_the_epilog(pool: Pool) -> No
 
 
 def test_concurrent_prologs_never_share_slices(pool: Pool) -> None:
-    procs = [
-        pool.start_hook("prolog", pool.env(str(600 + i), SLURM_JOB_EXTRA="slurmpool:vgpu=1"))
-        for i in range(14)
-    ]
+    procs = [pool.start_hook("prolog", pool.env(str(600 + i), vgpu=1)) for i in range(14)]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -235,7 +289,7 @@ def test_hostile_environment_values_change_nothing(pool: Pool, tmp_path: Path) -
         SLURM_JOB_EXTRA=f"slurmpool:vgpu=1`touch {marker}`",
         SLURM_JOB_PARTITION=f"p$(touch {marker})",
     )
-    pool.set_job_record("700", "gres:vgpu:1")
+    pool.set_allocation("700", vgpu=1)
     rc, _, err = pool.hook("prolog", env)
     assert rc == 0, err
     assert not marker.exists()
@@ -248,7 +302,8 @@ def test_hostile_environment_values_change_nothing(pool: Pool, tmp_path: Path) -
 
 
 def test_slurm_unreachable_is_not_a_broken_node(pool: Pool) -> None:
-    (pool.bin_dir / "scontrol").write_text("#!/bin/sh\necho 'slurmctld down' >&2\nexit 1\n")
+    for name in ("squeue", "scontrol"):
+        (pool.bin_dir / name).write_text("#!/bin/sh\necho 'slurmctld down' >&2\nexit 1\n")
     rc, _, err = pool.hook("prolog", pool.env("801"))
     assert rc == 0 and "action=request-unknown level=error" in err
     assert pool.instances() == []
@@ -256,7 +311,7 @@ def test_slurm_unreachable_is_not_a_broken_node(pool: Pool) -> None:
 
 def test_nvml_unreachable_is_a_broken_node(pool: Pool) -> None:
     (pool.sim_dir / "state.json").rename(pool.sim_dir / "state.json.gone")
-    rc, _, err = pool.hook("prolog", pool.env("800", **EXTRA2))
+    rc, _, err = pool.hook("prolog", pool.env("800", vgpu=2))
     assert rc == 1
     assert "action=broken-node level=error" in err
 
@@ -275,10 +330,7 @@ def test_shared_shares_and_mps_limits(tmp_path: Path) -> None:
         vgpu_unit="share",
         units_per_gpu=4,
     )
-    envs = [
-        pool.env(str(900 + i), SLURM_JOB_EXTRA=f"slurmpool:vgpu={n}")
-        for i, n in enumerate([3, 2, 1])
-    ]
+    envs = [pool.env(str(900 + i), vgpu=n) for i, n in enumerate([3, 2, 1])]
     for env in envs:
         assert pool.hook("prolog", env)[0] == 0
     with pool.store() as store:
@@ -290,7 +342,7 @@ def test_shared_shares_and_mps_limits(tmp_path: Path) -> None:
     assert got["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
     assert got["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "75"
     assert got["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith("0=")
-    rc, _, err = pool.hook("prolog", pool.env("903", SLURM_JOB_EXTRA="slurmpool:vgpu=2"))
+    rc, _, err = pool.hook("prolog", pool.env("903", vgpu=2))
     assert rc == 0 and "action=requeue " in err  # 1 + 1 free shares, not 2 on one GPU
     for env in envs:
         assert pool.hook("epilog", env)[0] == 0
@@ -306,7 +358,7 @@ def test_passthrough_gpu_with_a_stray_process(pool: Pool) -> None:
     try:
         attach_process(pool.sim_dir, 2, pid=stray.pid, used_mib=10, util=5)
         env = pool.env("1000", SLURM_JOB_GPUS="0", CUDA_VISIBLE_DEVICES="0")
-        pool.set_job_record("1000", "gres:gpu:1")
+        pool.set_allocation("1000")
         rc, _, err = pool.hook("prolog", env)
         assert rc == 0, err
         assert stray.wait(10) is not None  # killed (the default policy)
@@ -327,7 +379,7 @@ def test_passthrough_refuse_policy_requeues(tmp_path: Path) -> None:
     stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         attach_process(pool.sim_dir, 2, pid=stray.pid, used_mib=10, util=5)
-        pool.set_job_record("1001", "gres:gpu:1")
+        pool.set_allocation("1001")
         rc, _, err = pool.hook("prolog", pool.env("1001", SLURM_JOB_GPUS="0"))
         assert rc == 0, err
         assert "requeue 1001" in pool.calls
@@ -344,7 +396,7 @@ def test_passthrough_gpu_with_mig_on_is_a_broken_node(tmp_path: Path) -> None:
     from slurmpool.sim import reset_gpu
 
     reset_gpu(pool.sim_dir, 0)
-    pool.set_job_record("1002", "gres:gpu:1")
+    pool.set_allocation("1002")
     rc, _, err = pool.hook("prolog", pool.env("1002", SLURM_JOB_GPUS="0"))
     assert rc == 1 and "MIG enabled" in err
 
@@ -352,7 +404,7 @@ def test_passthrough_gpu_with_mig_on_is_a_broken_node(tmp_path: Path) -> None:
 def test_status_shows_instances_free_capacity_and_requeues(pool: Pool) -> None:
     from slurmpool.pooling.status import node_status, render_text
 
-    assert pool.hook("prolog", pool.env("1100", **EXTRA2))[0] == 0
+    assert pool.hook("prolog", pool.env("1100", vgpu=2))[0] == 0
     with pool.store() as store, store.transaction():
         store.record_requeue("1101", "no room")
     node = pool.node(ListLog())

@@ -51,17 +51,17 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and value > 0 else None
 
 
-def request_of(allocations: Sequence[Allocation], vgpu_hint: int | None) -> dict[str, int | None]:
-    """What the job asked for on this node, as far as the node knows.
+def request_of(allocations: Sequence[Allocation]) -> dict[str, int | None]:
+    """What slurmctld allocated to the job on this node, as the prolog recorded it.
 
-    ``vgpu_hint`` is the count job_submit.lua put in Extra (23.02+), else the
-    shares of a shared allocation are the vgpu count; a MIG request's exact
-    count is left to AllocTRES (vgpu:5 and vgpu:7 both carve a 7g).
+    A MIG allocation carries the job's vgpu count (the prolog read it from
+    slurmctld); the shares of a shared allocation are its vgpu count.
     """
     live = [a for a in allocations if a.state != "intent"]
     shares = sum(a.shares or 0 for a in live if a.mode == "shared")
     gpus = len({a.gpu_index for a in live if a.mode == "passthrough"})
-    vgpu = vgpu_hint if vgpu_hint is not None else (shares or None)
+    mig = [_int_or_none(a.details.get("vgpu")) for a in live if a.mode == "mig"]
+    vgpu = max((n for n in mig if n is not None), default=None) or shares or None
     return {"vgpu": vgpu, "gpu": gpus or None}
 
 
@@ -176,7 +176,6 @@ def enqueue_from_hook(
     job_id: str,
     cluster: str | None,
     user: str | None,
-    vgpu_hint: int | None = None,
     run: int = 0,
 ) -> dict[str, Any] | None:
     """The epilog's call: summarise ``job_id`` into the outbox if the node saw GPU use.
@@ -197,6 +196,6 @@ def enqueue_from_hook(
             cluster=cluster,
             user=user,
             allocations=allocations,
-            request=request_of(allocations, vgpu_hint),
+            request=request_of(allocations),
             run=run,
         )

@@ -133,7 +133,6 @@ def _enqueue_gpu_summary(ctx: HookContext) -> None:
         return
     try:
         from slurmpool.accounting.enqueue import enqueue_from_hook
-        from slurmpool.pooling.request import vgpu_from_extra
 
         part = enqueue_from_hook(
             state_dir=ctx.config.path("state_dir"),
@@ -141,7 +140,6 @@ def _enqueue_gpu_summary(ctx: HookContext) -> None:
             job_id=j.job_id,
             cluster=j.cluster or ctx.config.cluster,
             user=j.user,
-            vgpu_hint=vgpu_from_extra(ctx.env.get("SLURM_JOB_EXTRA")),
             run=j.restart_count,
         )
         if part is not None:

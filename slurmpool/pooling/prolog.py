@@ -28,8 +28,8 @@ from slurmpool.pooling.request import (
     mig_profiles,
     passthrough_gpus,
     pooled_mode,
-    read_vgpu,
     shares_wanted,
+    vgpu_claimed_in_extra,
 )
 from slurmpool.pooling.shared import SharedGpu, choose
 from slurmpool.pooling.text import clean
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
     # Slurm access is imported only when a call is made (off the common path).
     from slurmpool.pooling.slurmjob import SlurmJobs
-    from slurmpool.slurm.parse import Gres, JobInfo
 
     SlurmFactory: TypeAlias = Callable[[], SlurmJobs]
 
@@ -64,7 +63,6 @@ class NeverHere(Exception):
 class _Request:
     count: int
     source: str
-    info: JobInfo | None
 
 
 def run_prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -> int:
@@ -79,31 +77,42 @@ def run_prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory
 
 
 def _read_request(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -> _Request:
+    """This node's part of what slurmctld allocated to the job (never what the job says).
+
+    Neither an unreachable slurmctld nor an untrustworthy answer drains the node: the
+    job gets no GPU (its capability files stay root's), so it fails on its own, and the
+    log says why.
+    """
     if pooled_mode(node.cls) is None:
-        return _Request(0, "none", None)
-    holder: list[JobInfo] = []
-
-    def tres() -> tuple[Gres, ...]:
-        from slurmpool.slurm.runner import SlurmCommandError
-
-        try:
-            holder.append(slurm().show_job(job.job_id))
-        except SlurmCommandError as e:
-            raise _RequestUnknown(str(e)) from None
-        return holder[0].tres_per_node
+        return _Request(0, "none")
+    from slurmpool.slurm.allocation import AllocationError, ForgedRecord
+    from slurmpool.slurm.runner import SlurmCommandError
 
     try:
-        req = read_vgpu(env, tres)
-    except _RequestUnknown as e:
-        # Slurm, not the node, is unreachable: do not drain.  The job gets no GPU (its
-        # capability files stay root's), so it fails on its own, and says why.
+        alloc = slurm().allocation(job.job_id)
+    except SlurmCommandError as e:
         node.log.event("request-unknown", level="error", job=job.job_id, error=clean(str(e), 300))
-        return _Request(0, "unknown", None)
-    return _Request(req.count, req.source, holder[0] if holder else None)
-
-
-class _RequestUnknown(Exception):
-    pass
+        return _Request(0, "unknown")
+    except AllocationError as e:
+        action = "forgery-attempt" if isinstance(e, ForgedRecord) else "request-unknown"
+        node.log.event(
+            action, level="error", job=job.job_id, user=job.user, error=clean(str(e), 300)
+        )
+        return _Request(0, "unknown")
+    count = alloc.on(node.name).count("vgpu")
+    claimed = vgpu_claimed_in_extra(env.get("SLURM_JOB_EXTRA"))
+    if claimed is not None and claimed != count:
+        # job_submit.lua scrubs users' tokens, so a disagreeing one got past it.
+        node.log.event(
+            "forgery-attempt",
+            level="warning",
+            job=job.job_id,
+            user=job.user,
+            claimed=claimed,
+            allocated=count,
+            field="SLURM_JOB_EXTRA",
+        )
+    return _Request(count, alloc.source)
 
 
 def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -> int:
@@ -149,7 +158,7 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
         from slurmpool.pooling.requeue import requeue_job
 
         jobs = slurm()
-        comment = req.info.admin_comment if req.info is not None else _admin_comment(jobs, job)
+        comment = _admin_comment(jobs, job)
         hold = isinstance(e, NeverHere)
         if not requeue_job(job, str(e), jobs, store, log, comment, hold=hold):
             raise Broken(f"job {job.job_id} has no room here and could not be requeued") from None
@@ -165,7 +174,7 @@ def _admin_comment(slurm: SlurmJobs, job: Job) -> str | None:
     from slurmpool.slurm.runner import SlurmCommandError
 
     try:
-        return slurm.show_job(job.job_id).admin_comment
+        return slurm.admin_comment(job.job_id)
     except SlurmCommandError:
         return None
 
@@ -248,6 +257,7 @@ def _mig(node: Node, job: Job, count: int) -> None:
                     placement_size=choice.placement.size,
                     owner_pid=me.pid,
                     owner_start=me.start,
+                    details={"vgpu": count},  # the job's allocated count on this node
                 )
             )
             planned.append((aid, m, profile, choice))

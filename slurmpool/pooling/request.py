@@ -1,64 +1,37 @@
-"""What a job asked for on this node: pure parsing and resolution.
+"""What a job gets on this node: pure resolution of its allocated vgpu count.
 
 Slurm counts ``vgpu`` per node and tells neither the prolog nor the job how
-many a job got.  The generated ``job_submit.lua`` stores the normalised count
-in the job's Extra field (``slurmpool:vgpu=N``, Slurm 23.02+), which reaches
-the prolog as ``SLURM_JOB_EXTRA``; otherwise the prolog reads
-``TresPerNode`` from one ``scontrol show job`` call.
+many a job got; the prolog reads the count from slurmctld's structured record
+(:mod:`slurmpool.slurm.allocation`).  The ``slurmpool:vgpu=N`` token that
+``job_submit.lua`` stores in Extra (Slurm 23.02+) is only compared with it.
 """
 
 from __future__ import annotations
 
 import re
 
-from slurmpool.records import record
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable
 
     from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeGpu
-    from slurmpool.slurm.parse import Gres
 
-EXTRA_PREFIX = "slurmpool:vgpu="
-_EXTRA_RE = re.compile(r"^slurmpool:vgpu=([0-9]{1,6})$")
-
-SOURCE_EXTRA = "extra"
-SOURCE_SCONTROL = "scontrol"
+# Any spelling of our token: job_submit.lua scrubs them all from users' Extra.
+_EXTRA_TOKEN_RE = re.compile(r"slurmpool\s*:\s*vgpu\s*=\s*([0-9]{1,9})", re.I)
 
 
 class RequestError(ValueError):
     """The job's request cannot be served on this node (a message for the log)."""
 
 
-@record(frozen=True, slots=True)
-class VgpuRequest:
-    """``count`` vgpu units per node (0: none), and where the count came from."""
+def vgpu_claimed_in_extra(extra: str | None) -> int | None:
+    """The count a ``slurmpool:vgpu=N`` token in Extra claims, or None without one.
 
-    count: int
-    source: str
-
-
-def vgpu_from_extra(extra: str | None) -> int | None:
-    """The count job_submit.lua stored in Extra, or None when Extra is not exactly ours."""
-    if extra is None:
-        return None
-    m = _EXTRA_RE.match(extra.strip())
+    Only ever compared with the allocation (a mismatch is a forgery attempt): the
+    prolog never carves what Extra says.
+    """
+    m = _EXTRA_TOKEN_RE.search(extra or "")
     return int(m.group(1)) if m else None
-
-
-def vgpu_from_tres(tres_per_node: Sequence[Gres]) -> int:
-    """Sum of the ``vgpu`` items of a parsed TresPerNode."""
-    return sum(g.count for g in tres_per_node if g.name == "vgpu")
-
-
-def read_vgpu(env: Mapping[str, str], tres_of_job: Callable[[], Sequence[Gres]]) -> VgpuRequest:
-    """The job's vgpu count: from ``SLURM_JOB_EXTRA`` when it carries ours, else
-    from ``tres_of_job()`` (one ``scontrol show job`` call, made only then)."""
-    from_extra = vgpu_from_extra(env.get("SLURM_JOB_EXTRA"))
-    if from_extra is not None:
-        return VgpuRequest(from_extra, SOURCE_EXTRA)
-    return VgpuRequest(vgpu_from_tres(tres_of_job()), SOURCE_SCONTROL)
 
 
 def pooled_mode(cls: NodeClassConfig) -> str | None:

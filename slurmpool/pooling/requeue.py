@@ -46,23 +46,27 @@ def requeue_job(
     slurm: SlurmJobs,
     store: NodeStore,
     log: EventLog,
-    existing_comment: str | None = None,
+    existing_comment: str | None,
     hold: bool = False,
 ) -> bool:
     """Requeue ``job`` (held when ``hold``); True if Slurm took the requeue.
 
     The AdminComment update comes first, while the job still runs; its failure
-    is logged and never stops the requeue.
+    is logged and never stops the requeue.  ``existing_comment`` None means it
+    could not be read: then it is left alone rather than overwritten.
     """
     why = clean(reason)
     with store.transaction():
         store.record_requeue(job.job_id, why)
         count = store.requeue_count(job.job_id)
     note = f"requeued {count}x on {'hold' if hold else 'no room'}: {why}"
-    try:
-        slurm.set_admin_comment(job.job_id, admin_comment(existing_comment, note))
-    except SlurmCommandError as e:
-        log.event("admin-comment-failed", level="warning", job=job.job_id, error=clean(str(e)))
+    if existing_comment is None:
+        log.event("admin-comment-unknown", level="warning", job=job.job_id, note=note)
+    else:
+        try:
+            slurm.set_admin_comment(job.job_id, admin_comment(existing_comment, note))
+        except SlurmCommandError as e:
+            log.event("admin-comment-failed", level="warning", job=job.job_id, error=clean(str(e)))
     try:
         slurm.requeue(job.job_id, hold=hold)
     except SlurmCommandError as e:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 
 from slurmpool.records import record
-from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner, SlurmCommandError
+from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from slurmpool.slurm.parse import JobInfo
+    from slurmpool.slurm.allocation import JobAllocation
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -37,20 +37,21 @@ class SlurmJobs:
         )
         return cls(runner, timeout_s)
 
-    def show_job(self, job_id: str) -> JobInfo:
-        from slurmpool.slurm.parse import parse_jobs  # only here: a requeue needs no parser
+    def allocation(self, job_id: str) -> JobAllocation:
+        """What slurmctld allocated to the job, per node
+        (:func:`slurmpool.slurm.allocation.read_allocation`)."""
+        from slurmpool.slurm.allocation import read_allocation
 
-        res = self.runner.run("scontrol", "show", "job", "-d", job_id, timeout=self.timeout_s)
-        jobs = [j for j in parse_jobs(res.stdout) if str(j.job_id) == job_id]
-        if not jobs:
-            raise SlurmCommandError(
-                res.argv,
-                res.returncode,
-                res.stderr,
-                res.stdout,
-                reason=f"no job {job_id} in output",
-            )
-        return jobs[0]
+        return read_allocation(self.runner, job_id, timeout=self.timeout_s)
+
+    def admin_comment(self, job_id: str) -> str | None:
+        """The job's AdminComment ("" when unset), or None when it cannot be read safely."""
+        from slurmpool.slurm.allocation import admin_comment_from_squeue
+
+        res = self.runner.run(
+            "squeue", "-h", "-j", job_id, "-O", "JobID:|,AdminComment:|", timeout=self.timeout_s
+        )
+        return admin_comment_from_squeue(res.stdout, job_id)
 
     def requeue(self, job_id: str, hold: bool = False) -> None:
         verb = "requeuehold" if hold else "requeue"

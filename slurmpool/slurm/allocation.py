@@ -22,6 +22,7 @@ The prolog carves exactly this.  Two readers, both pure:
 from __future__ import annotations
 
 from slurmpool.records import record
+from slurmpool.slurm.squeue import squeue_format
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 # ``squeue -O`` fields (see :mod:`slurmpool.slurm.squeue`): no padding, no truncation,
 # "|" after each (no GRES name, host name or TRES string holds one).
 SQUEUE_FIELDS = ("JobID", "NodeList", "tres-per-node", "tres-alloc")
+SQUEUE_FORMAT = squeue_format(SQUEUE_FIELDS)
 
 # Keys a ``scontrol show job -d`` record repeats legitimately: one group per node.
 PER_NODE_KEYS = frozenset({"Nodes", "CPU_IDs", "Mem", "GRES"})
@@ -190,9 +192,8 @@ def read_allocation(runner: Runner, job_id: str, timeout: float = 10) -> JobAllo
     when the answer cannot be trusted.
     """
     from slurmpool.slurm.runner import SlurmCommandError
-    from slurmpool.slurm.squeue import squeue_format
 
-    argv = ("-h", "-j", job_id, "-O", squeue_format(SQUEUE_FIELDS))
+    argv = ("-h", "-j", job_id, "-O", SQUEUE_FORMAT)
     try:
         res = runner.run("squeue", *argv, timeout=timeout)
     except SlurmCommandError as e:

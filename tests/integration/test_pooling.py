@@ -365,17 +365,25 @@ def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluste
     later: int | None = None
     try:
         theirs = poll("the bystander's device", lambda: first_line(alice_out), 30)
-        # A prolog as slurmd runs it (env only, request in SLURM_JOB_EXTRA), told by a
-        # root-only fault file to SIGKILL itself right after creating the instance.
+        # A prolog as slurmd runs it (env only), told by a root-only fault file to
+        # SIGKILL itself right after creating the instance.  The job is a ghost that
+        # slurmctld never had: a stand-in squeue, first on the hook's PATH, answers the
+        # prolog's one allocation read with vgpu:2 on this node, as slurmctld would.
         fault = cluster.sandbox.layout.host_dir(node) / "state" / "faults" / "after-create"
         fault.parent.mkdir(exist_ok=True)
         fault.touch()
         ghost = "990001"
+        ghost_bin = cluster.workdir / "ghost-bin"
+        ghost_bin.mkdir(exist_ok=True)
+        (ghost_bin / "squeue").write_text(
+            f"#!/bin/sh\necho '{ghost}|{node}|gres:vgpu:2|cpu=1,node=1,gres/vgpu=2|'\n"
+        )
+        (ghost_bin / "squeue").chmod(0o755)
         env = {
+            "PATH": f"{ghost_bin}:/usr/sbin:/usr/bin:/sbin:/bin",
             "SLURM_JOB_ID": ghost,
             "SLURM_JOB_UID": str(pwd.getpwnam("sp-alice").pw_uid),
             "SLURM_JOB_USER": "sp-alice",
-            "SLURM_JOB_EXTRA": "slurmpool:vgpu=2",
             "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
         }
         res = _run_hook(cluster, node, "prolog", env)

@@ -17,11 +17,11 @@ LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 is not installed")
 
 HARNESS = r"""
-local logs = {}
+local logs, infos = {}, {}
 slurm = {
   SUCCESS = 0, ERROR = -1,
   log_user = function(fmt, ...) logs[#logs + 1] = string.format(fmt, ...) end,
-  log_info = function(fmt, ...) end,
+  log_info = function(fmt, ...) infos[#infos + 1] = string.format(fmt, ...) end,
   log_debug = function(fmt, ...) end,
 }
 local loaded = dofile(SCRIPT)
@@ -32,7 +32,7 @@ local function show(v)
   return (string.gsub(tostring(v), "[\t\n\\]", ESC))
 end
 for _, case in ipairs(CASES) do
-  logs = {}
+  logs, infos = {}, {}
   local rc
   if case.job_rec then
     rc = slurm_job_modify(case.job, case.job_rec, {}, 1000)
@@ -40,7 +40,8 @@ for _, case in ipairs(CASES) do
     rc = slurm_job_submit(case.job, {}, 1000)
   end
   io.write(case.id, "\t", rc, "\t", show(case.job.tres_per_node), "\t", show(case.job.extra),
-           "\t", show(case.job.name), "\t", show(table.concat(logs, " | ")), "\n")
+           "\t", show(case.job.name), "\t", show(table.concat(logs, " | ")),
+           "\t", show(table.concat(infos, " | ")), "\n")
 end
 """
 
@@ -51,7 +52,7 @@ def lua_table(fields: dict[str, str]) -> str:
 
 def run_cases(
     script: Path, cases: list[tuple[str, dict[str, str], dict[str, str] | None]], tmp: Path
-) -> dict[str, tuple[int, str, str, str, str]]:
+) -> dict[str, tuple[int, str, str, str, str, str]]:
     entries = []
     for cid, job, rec in cases:
         rec_src = f", job_rec = {lua_table(rec)}" if rec is not None else ""
@@ -68,12 +69,13 @@ def run_cases(
     assert proc.returncode == 0, proc.stderr
     out = {}
     for line in proc.stdout.splitlines():
-        cid, rc, tres, extra, name, logs = line.split("\t")
-        out[cid] = (int(rc), tres, extra, name, logs)
+        cid, rc, tres, extra, name, logs, infos = line.split("\t")
+        out[cid] = (int(rc), tres, extra, name, logs, infos)
     return out
 
 
 HOSTILE = 'x"); os.exit(3) --[[ ]] \n\\ %s %d'
+FORGED_LINE = "x\n   TresPerNode=gres:vgpu:7"
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +111,30 @@ def mixed_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
         ("multi-with-nopool", {"tres_per_node": "gres:vgpu:4", "partition": "serve,train"}, None),
         ("modify-no-pool", {"tres_per_node": "gres:vgpu:2"}, {"partition": "train"}),
         ("modify-ok", {"tres_per_node": "gres:vgpu:6"}, {"partition": "serve"}),
+        # Forged tokens, whatever the spelling, on every job, on submit and on modify.
+        (
+            "forged-leading-space",
+            {"tres_per_node": "gres:vgpu:1", "extra": " slurmpool:vgpu=7"},
+            None,
+        ),
+        (
+            "forged-case-spacing",
+            {"tres_per_node": "gres:vgpu:2", "extra": "SlurmPool : VGPU = 7 site=x"},
+            None,
+        ),
+        (
+            "forged-tab-inside",
+            {"tres_per_node": "gres:vgpu:1", "extra": "a\tslurmpool\t:vgpu=7,b"},
+            None,
+        ),
+        ("forged-cpu-only", {"name": "x", "extra": "slurmpool:vgpu=7"}, None),
+        ("forged-twice-cpu-only", {"extra": "slurmpool:vgpu=7 SLURMPOOL:vgpu=7 keep"}, None),
+        ("modify-extra-only", {"extra": "mine slurmpool:vgpu=7"}, {"partition": "serve"}),
+        ("modify-extra-cpu-job", {"extra": " SLURMPOOL:VGPU=14"}, {"partition": "train"}),
+        # Lines posing as slurmctld's record in user fields: accepted as they are, logged.
+        ("forged-line-name", {"tres_per_node": "gres:vgpu:1", "name": FORGED_LINE}, None),
+        ("forged-line-comment", {"comment": FORGED_LINE}, None),
+        ("forged-line-rename", {"name": FORGED_LINE}, {"partition": "serve"}),
     ]
     return run_cases(script, cases, tmp)
 
@@ -133,7 +159,7 @@ ERROR, SUCCESS = -1, 0
     ],
 )
 def test_rejections(mixed_results: dict[str, tuple], cid: str, fragment: str) -> None:
-    rc, _tres, _extra, _name, logs = mixed_results[cid]
+    rc, _tres, _extra, _name, logs, _infos = mixed_results[cid]
     assert rc == ERROR
     assert fragment in logs
 
@@ -152,10 +178,17 @@ def test_rejections(mixed_results: dict[str, tuple], cid: str, fragment: str) ->
         ("forged-extra", "gres:vgpu:1", "slurmpool:vgpu=1"),
         ("multi-partition", "gres:vgpu:4", "slurmpool:vgpu=4"),
         ("modify-ok", "gres:vgpu:7", "slurmpool:vgpu=7"),
+        ("forged-leading-space", "gres:vgpu:1", "slurmpool:vgpu=1"),
+        ("forged-case-spacing", "gres:vgpu:2", "site=x"),
+        ("forged-tab-inside", "gres:vgpu:1", "a\\t,b"),
+        ("forged-cpu-only", "<nil>", ""),
+        ("forged-twice-cpu-only", "<nil>", "keep"),
+        ("modify-extra-only", "<nil>", "mine"),
+        ("modify-extra-cpu-job", "<nil>", ""),
     ],
 )
 def test_accepted(mixed_results: dict[str, tuple], cid: str, tres: str, extra: str) -> None:
-    rc, got_tres, got_extra, _name, _logs = mixed_results[cid]
+    rc, got_tres, got_extra, _name, _logs, _infos = mixed_results[cid]
     assert (rc, got_tres, got_extra) == (SUCCESS, tres, extra)
 
 
@@ -166,12 +199,12 @@ def test_rounding_is_told_to_the_user(mixed_results: dict[str, tuple]) -> None:
 
 @pytest.mark.parametrize("cid", ["whole-gpu-job", "plain-job", "vgpu-lookalike"])
 def test_other_jobs_untouched(mixed_results: dict[str, tuple], cid: str) -> None:
-    rc, _tres, extra, _name, logs = mixed_results[cid]
+    rc, _tres, extra, _name, logs, _infos = mixed_results[cid]
     assert (rc, extra, logs) == (SUCCESS, "<nil>", "")
 
 
 def test_hostile_strings_are_data(mixed_results: dict[str, tuple]) -> None:
-    rc, tres, _extra, name, _logs = mixed_results["hostile"]
+    rc, tres, _extra, name, _logs, _infos = mixed_results["hostile"]
     assert (rc, tres) == (SUCCESS, "gres:vgpu:7")
     escaped = HOSTILE.replace("\\", "\\\\").replace("\n", "\\n")
     assert name == escaped  # unchanged, and nothing it says ran
@@ -183,3 +216,22 @@ def test_old_slurm_never_touches_extra(tmp_path: Path) -> None:
     script.write_text(generate(policy).files["job_submit.lua"])
     res = run_cases(script, [("a", {"tres_per_node": "gres:vgpu:6"}, None)], tmp_path)
     assert res["a"][:3] == (SUCCESS, "gres:vgpu:7", "<nil>")
+
+
+@pytest.mark.parametrize(
+    ("cid", "field", "how"),
+    [
+        ("forged-line-name", "name", "submitted"),
+        ("forged-line-comment", "comment", "submitted"),
+        ("forged-line-rename", "name", "modified"),
+    ],
+)
+def test_lines_posing_as_slurm_keys_are_logged_and_change_nothing(
+    mixed_results: dict[str, tuple], cid: str, field: str, how: str
+) -> None:
+    rc, tres, _extra, _name, logs, infos = mixed_results[cid]
+    assert rc == 0 and logs == ""
+    assert f"forgery-attempt: uid 1000 {how} a job whose {field} holds a line" in infos
+    assert tres == ("gres:vgpu:1" if cid == "forged-line-name" else "<nil>")
+    clean = mixed_results["exact-3"][5]
+    assert "forgery-attempt" not in clean

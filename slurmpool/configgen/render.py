@@ -104,7 +104,7 @@ def generate(
         "pools": lua_pools(policy, cat),
         "partition_names": [p.name for p in policy.partitions],
         "default_partition": default.name if default is not None else None,
-        "store_extra": policy.slurm_version_tuple >= (23, 2),
+        "has_extra": policy.slurm_version_tuple >= (23, 2),
     }
     env = _environment(str(templates or templates_dir()))
     lua_context = {**context, "partitions": context["partition_names"]}

@@ -9,8 +9,13 @@ partition's pool can carve:
   * N up to one GPU's units is rounded up to the next size one GPU can hand
     out (MIG: vgpu:5 -> vgpu:7, a 7g instance) and the user is told;
   * N above one GPU must be a whole multiple of it and fit one node.
-Jobs without vgpu are left alone.  Job strings are only ever compared and
-matched, never turned into code.
+From Slurm 23.02, every job's Extra is scrubbed of anything spelled
+"slurmpool:" (any case, any spacing), on submit and on every modify, and a
+vgpu job whose Extra is empty gets "slurmpool:vgpu=N" (N normalised).  The
+prolog never carves what Extra says: it reads the allocation from
+slurmctld and logs an Extra that disagrees as a forgery attempt.  Other jobs
+are left alone.  Job strings are only ever compared and matched, never
+turned into code.
 --]]
 
 -- Pools per partition, generated from the policy (data, not code).
@@ -33,8 +38,59 @@ local POOLS = {
 local PARTITIONS = { ["train"] = true, ["serve"] = true, ["all"] = true }
 local DEFAULT_PARTITION = "serve"
 -- Extra exists from Slurm 23.02; on older Slurm the field is never touched.
-local STORE_EXTRA = true
+local HAS_EXTRA = true
 local EXTRA_PREFIX = "slurmpool:vgpu="
+
+-- Extra without any "slurmpool:" token (whatever its case and spacing, up to the
+-- next separator), trimmed; plain string functions only, the text is never code.
+local function scrub_extra(extra)
+  local lower = string.lower(extra)
+  local out, pos = {}, 1
+  while true do
+    local s, e = string.find(lower, "slurmpool%s*:", pos)
+    if s == nil then
+      break
+    end
+    out[#out + 1] = string.sub(extra, pos, s - 1)
+    local _, value_end = string.find(lower, "^%s*[%w_%-]*%s*=?%s*[^%s,;&|]*", e + 1)
+    pos = (value_end or e) + 1
+  end
+  out[#out + 1] = string.sub(extra, pos)
+  local result = string.gsub(table.concat(out), "^%s+", "")
+  result = string.gsub(result, "%s+$", "")
+  return result
+end
+
+-- Fields a user sets freely.  A line in one that looks like a Slurm key
+-- ("\n   TresPerNode=...") is how a job tries to pose as slurmctld's record in
+-- `scontrol show job` text; the prolog never reads that text, but the attempt is
+-- logged for the admin (it is harmless, so the job is not refused).
+local USER_FIELDS = { "name", "comment", "work_dir", "std_out", "std_err", "std_in", "extra" }
+
+local function log_forged_lines(job_desc, uid, how)
+  for _, field in ipairs(USER_FIELDS) do
+    local ok, value = pcall(function() return job_desc[field] end)
+    if ok and type(value) == "string" and string.find(value, "\n%s*[%w_/:]+=") then
+      slurm.log_info("slurmpool job_submit: forgery-attempt: uid %s %s a job whose %s holds a line that looks like a Slurm key",
+        tostring(uid), how, field)
+    end
+  end
+end
+
+local function scrub_job_extra(job_desc)
+  if not HAS_EXTRA then
+    return
+  end
+  local extra = job_desc.extra
+  if extra == nil or extra == "" then
+    return
+  end
+  local clean = scrub_extra(extra)
+  if clean ~= extra then
+    job_desc.extra = clean
+    slurm.log_info("slurmpool job_submit: removed a slurmpool token from a job's Extra")
+  end
+end
 
 local function user_error(msg)
   slurm.log_user("%s", msg)
@@ -182,23 +238,23 @@ local function check_job(job_desc, partition_field, part_list)
     job_desc.tres_per_node = table.concat(entries, ",")
     slurm.log_user("%s", "slurmpool: vgpu:" .. n .. " rounded up to vgpu:" .. result .. " (" .. label .. ")")
   end
-  if STORE_EXTRA then
-    -- The prolog trusts an Extra that is exactly our token, so a user's own
-    -- "slurmpool:..." Extra is always replaced; any other Extra is left alone
-    -- (the prolog then asks scontrol for the count).
-    local extra = job_desc.extra
-    if extra == nil or extra == "" or string.sub(extra, 1, #EXTRA_PREFIX) == EXTRA_PREFIX then
-      job_desc.extra = EXTRA_PREFIX .. result
-    end
+  if HAS_EXTRA and (job_desc.extra == nil or job_desc.extra == "") then
+    -- A record of the normalised count (the user's own Extra stays as it is): the
+    -- prolog only compares it with the allocation.
+    job_desc.extra = EXTRA_PREFIX .. result
   end
   return slurm.SUCCESS
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
+  log_forged_lines(job_desc, submit_uid, "submitted")
+  scrub_job_extra(job_desc)
   return check_job(job_desc, job_desc.partition, part_list)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  log_forged_lines(job_desc, modify_uid, "modified")
+  scrub_job_extra(job_desc)
   local partition = job_desc.partition
   if (partition == nil or partition == "") and job_rec ~= nil then
     partition = job_rec.partition

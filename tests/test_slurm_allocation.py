@@ -124,18 +124,23 @@ def test_text_with_two_records_for_one_job_is_refused() -> None:
 
 
 class _Runner:
-    """Answers squeue and scontrol like Runner.run(check=True): output, or the error."""
+    """Answers squeue and scontrol like Runner.run: output, or (check=True) the error."""
 
-    def __init__(self, squeue: str | SlurmCommandError, scontrol: str = "") -> None:
-        self.answers = {"squeue": squeue, "scontrol": scontrol}
+    def __init__(self, squeue: CommandResult, scontrol: str = "") -> None:
+        self.squeue = squeue
+        self.scontrol = scontrol
         self.calls: list[str] = []
 
-    def run(self, name: str, *args: str, **_kw: object) -> CommandResult:
+    def run(self, name: str, *args: str, check: bool = True, **_kw: object) -> CommandResult:
         self.calls.append(name)
-        answer = self.answers[name]
-        if isinstance(answer, SlurmCommandError):
-            raise answer
-        return CommandResult((name, *args), 0, answer, "")
+        res = self.squeue if name == "squeue" else CommandResult((name,), 0, self.scontrol, "")
+        if check and not res.ok:
+            raise SlurmCommandError(res.argv, res.returncode, res.stderr, res.stdout)
+        return res
+
+
+def _squeue(rc: int, stdout: str = "", stderr: str = "") -> CommandResult:
+    return CommandResult(("squeue",), rc, stdout, stderr)
 
 
 SQUEUE_OK = "5|n1|gres:vgpu:2|cpu=1,gres/vgpu=2|\n"
@@ -146,23 +151,23 @@ TEXT_OK = (
 
 
 def test_read_allocation_is_one_squeue_call() -> None:
-    r = _Runner(SQUEUE_OK)
+    r = _Runner(_squeue(0, SQUEUE_OK))
     alloc = read_allocation(r, "5")  # type: ignore[arg-type]
     assert alloc.source == "squeue" and alloc.on("n1").count("vgpu") == 2
     assert r.calls == ["squeue"]
 
 
-def test_read_allocation_reads_strict_text_only_where_squeue_lacks_the_fields() -> None:
-    old = SlurmCommandError(["squeue"], 1, "squeue: error: Invalid job format specification")
-    r = _Runner(old, TEXT_OK)
+@pytest.mark.parametrize("rc", [0, 1], ids=["exit-0-as-22.05", "exit-1"])
+def test_read_allocation_reads_strict_text_only_where_squeue_lacks_the_fields(rc: int) -> None:
+    lacks = _squeue(rc, stderr="squeue: error: Invalid job format specification: tres-alloc\n")
+    r = _Runner(lacks, TEXT_OK)
     alloc = read_allocation(r, "5")  # type: ignore[arg-type]
     assert alloc.source == "scontrol-text" and alloc.on("n1").count("vgpu") == 2
     assert r.calls == ["squeue", "scontrol"]
 
 
 def test_read_allocation_does_not_retry_an_unreachable_slurmctld() -> None:
-    down = SlurmCommandError(["squeue"], 1, "slurm_load_jobs error: Unable to contact slurm")
-    r = _Runner(down, TEXT_OK)
+    r = _Runner(_squeue(1, stderr="slurm_load_jobs error: Unable to contact slurm"), TEXT_OK)
     with pytest.raises(SlurmCommandError, match="Unable to contact"):
         read_allocation(r, "5")  # type: ignore[arg-type]
     assert r.calls == ["squeue"]

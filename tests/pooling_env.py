@@ -45,8 +45,10 @@ HOOKS = {
 }
 
 FAKE_SCONTROL = """#!/bin/sh
-# Records every call; `show job` prints the canned record.
+# Records every call; `show job --json ID` prints the job's JSON if set, `show job`
+# the canned record.
 printf '%s\\n' "$*" >> "{calls}"
+if [ "$1 $3" = "show --json" ]; then cat "{jobs}/$4.json"; exit $?; fi
 if [ "$1" = show ]; then cat "{record}"; fi
 exit 0
 """
@@ -110,6 +112,12 @@ class Pool:
         jobs.mkdir(exist_ok=True)
         (jobs / f"{job_id}.alloc").write_text(squeue_line(job_id, vgpu))
         (jobs / f"{job_id}.comment").write_text(f"{job_id}|{admin_comment or '(null)'}|\n")
+
+    def set_json(self, job_id: str, text: str) -> None:
+        """What ``scontrol show job --json ID`` prints for the job."""
+        jobs = self.bin_dir / "jobs"
+        jobs.mkdir(exist_ok=True)
+        (jobs / f"{job_id}.json").write_text(text)
 
     def set_job_record(self, job_id: str, tres: str, admin_comment: str = "(null)") -> None:
         (self.bin_dir / "record.txt").write_text(
@@ -224,6 +232,7 @@ def make_pool(
     units_per_gpu: int = 7,
     pooling: dict[str, Any] | None = None,
     extra_paths: dict[str, str] | None = None,
+    slurm_version: str = "22.05",
 ) -> Pool:
     sim_dir, dev = root / "sim", root / "dev"
     create_node(
@@ -241,7 +250,7 @@ def make_pool(
         "cluster": "t",
         "gpu_backend": f"sim:{sim_dir}",
         "accounting": False,
-        "slurm_version": "22.05",
+        "slurm_version": slurm_version,
         "paths": {
             "state_dir": str(root / "state"),
             "run_dir": str(root / "run"),
@@ -272,7 +281,9 @@ def make_pool(
     bin_dir.mkdir()
     scontrol = bin_dir / "scontrol"
     scontrol.write_text(
-        FAKE_SCONTROL.format(calls=bin_dir / "calls.log", record=bin_dir / "record.txt")
+        FAKE_SCONTROL.format(
+            calls=bin_dir / "calls.log", record=bin_dir / "record.txt", jobs=bin_dir / "jobs"
+        )
     )
     scontrol.chmod(0o755)
     squeue = bin_dir / "squeue"

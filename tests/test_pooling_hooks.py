@@ -4,6 +4,7 @@ each step, concurrency, requeue, shared shares, passthrough checks."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -99,6 +100,40 @@ def test_forged_extra_gets_the_allocation_and_is_logged(
     [line] = [x for x in err.splitlines() if "action=forgery-attempt" in x]
     assert f"claimed={7 if '7' in extra else 14} allocated={allocated}" in line
     assert "user=alice" in line
+
+
+RECORDED_2411 = Path(__file__).resolve().parent / "data" / "slurm-24.11" / "hostile"
+
+
+@pytest.mark.parametrize(("case", "want"), [("name-tres", ["1g.10gb"]), ("cpu-only", [])])
+def test_on_newer_slurm_the_prolog_reads_scontrol_json(
+    tmp_path: Path, case: str, want: list[str]
+) -> None:
+    # What 24.11's scontrol printed to a real prolog for a job whose name forges
+    # "TresPerNode=gres:vgpu:7", moved to this pool's node and job id.
+    pool = make_pool(tmp_path, slurm_version="24.11")
+    doc = json.loads((RECORDED_2411 / f"{case}.prolog.json").read_text())
+    [job] = doc["jobs"]
+    assert "TresPerNode=gres:vgpu:7" in job["name"]
+    job["job_id"], job["nodes"] = 108, NODE
+    job["job_resources"]["nodes"]["allocation"][0]["name"] = NODE
+    pool.set_json("108", json.dumps(doc))
+    rc, _, err = pool.hook("prolog", pool.env("108"))
+    assert rc == 0, err
+    assert [i[1] for i in pool.instances()] == want
+    assert pool.calls == ["show job --json 108"]  # one bounded read, no squeue
+
+
+def test_declared_newer_slurm_without_json_reads_squeue(tmp_path: Path) -> None:
+    pool = make_pool(tmp_path, slurm_version="24.11")
+    (pool.bin_dir / "scontrol").write_text(
+        f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {pool.bin_dir / 'calls.log'}\n"
+        "echo \"scontrol: unrecognized option '--json'\" >&2\nexit 1\n"
+    )
+    rc, _, err = pool.hook("prolog", pool.env("109", vgpu=2))
+    assert rc == 0, err
+    assert [i[1] for i in pool.instances()] == ["2g.20gb"]
+    assert pool.calls == ["show job --json 109", f"squeue -h -j 109 -O {SQUEUE_FORMAT}"]
 
 
 def _squeue_without_the_fields(pool: Pool) -> None:

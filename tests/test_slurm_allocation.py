@@ -1,13 +1,15 @@
 """The allocation readers on recorded output of hostile jobs, for every recorded Slurm.
 
 ``tests/data/slurm-<version>/hostile/`` holds, per job, what ``record-hostile.sh``
-saved from a real slurmctld: the squeue line, ``scontrol show job -d`` text, and what
+saved from a real slurmctld: the squeue line, ``scontrol show job -d`` text, on 23.02+
+``scontrol show job --json`` (while running, and as the prolog saw it), and what
 slurmctld allocated (``.expect``).  Names, comments, work dirs and std paths carry
 forged ``Key=value`` lines, per-node lines, whole forged records and JSON fragments.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from slurmpool.slurm.allocation import (
     AllocationError,
     ForgedRecord,
     admin_comment_from_squeue,
+    allocation_from_json,
     allocation_from_squeue,
     allocation_from_text,
     read_allocation,
@@ -25,8 +28,9 @@ from slurmpool.slurm.runner import CommandResult, SlurmCommandError
 
 DATA = Path(__file__).resolve().parent / "data"
 CASES = sorted(DATA.glob("slurm-*/hostile/*.expect"))
+JSON_CASES = sorted(DATA.glob("slurm-*/hostile/*.json"))
 # Jobs whose user-owned fields hold no line that could pose as a key.
-CLEAN_TEXT = {"json-fragment", "two-nodes"}
+CLEAN_TEXT = {"json-fragment", "two-nodes", "extra"}
 
 
 def _case(expect: Path) -> tuple[str, str, dict[str, int]]:
@@ -43,6 +47,30 @@ def test_every_recorded_version_has_hostile_cases() -> None:
     versions = {p.parent.parent.name for p in CASES}
     assert versions == {p.name for p in DATA.glob("slurm-*") if p.is_dir()}
     assert len(CASES) >= 8
+
+
+def _version(p: Path) -> tuple[int, int]:
+    major, minor = p.parent.parent.name.removeprefix("slurm-").split(".")
+    return int(major), int(minor)
+
+
+def test_json_is_recorded_for_every_job_where_slurm_has_it() -> None:
+    newer = [p for p in CASES if _version(p) >= (23, 2)]
+    assert newer, "no Slurm 23.02+ recording"
+    for expect in CASES:
+        stem = expect.with_suffix("")
+        has = [stem.with_suffix(s).exists() for s in (".show-job.json", ".prolog.json")]
+        assert has == [_version(expect) >= (23, 2)] * 2, expect
+    # The forged-Extra job exists wherever sbatch has --extra.
+    assert {p.stem for p in newer} >= {"extra", "name-tres", "renamed", "two-nodes"}
+
+
+@pytest.mark.parametrize("path", JSON_CASES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_json_gives_exactly_the_allocation(path: Path) -> None:
+    _name, job_id, want = _case(path.parent / (path.name.split(".")[0] + ".expect"))
+    alloc = allocation_from_json(path.read_text(), job_id)
+    assert alloc.source == "scontrol-json"
+    assert {n.node: n.count("vgpu") for n in alloc.nodes} == want
 
 
 @pytest.mark.parametrize("expect", CASES, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
@@ -115,6 +143,101 @@ def test_admin_comment_is_read_only_when_unambiguous(text: str, want: str | None
     assert admin_comment_from_squeue(text, "5") == want
 
 
+def _job_json(jobs: list[dict[str, object]] | None = None, **job: object) -> str:
+    base: dict[str, object] = {
+        "job_id": 5,
+        "name": "x\n   TresPerNode=gres:vgpu:7",
+        "nodes": "n[1-2]",
+        "tres_per_node": "gres/vgpu:2",
+        "tres_alloc_str": "cpu=2,node=2,gres/vgpu=4",
+        "gres_detail": ["vgpu(CNT:2)", "vgpu(CNT:2)"],
+        "job_resources": {
+            "nodes": {"allocation": [{"index": 0, "name": "n1"}, {"index": 1, "name": "n2"}]}
+        },
+    }
+    return json.dumps({"jobs": jobs if jobs is not None else [{**base, **job}], "errors": []})
+
+
+def test_json_pairs_each_node_with_its_entry_by_job_resources() -> None:
+    text = _job_json(
+        gres_detail=["gpu:a100:1(IDX:0),vgpu(CNT:2)", "gpu:a100:2(IDX:0-1),vgpu(CNT:2)"],
+        job_resources={
+            "nodes": {"allocation": [{"index": 1, "name": "n1"}, {"index": 0, "name": "n2"}]}
+        },
+    )
+    alloc = allocation_from_json(text, "5")
+    assert alloc.on("n2").count("gpu") == 1 and alloc.on("n1").count("gpu") == 2
+    assert alloc.on("n1").count("vgpu") == alloc.on("n2").count("vgpu") == 2
+
+
+def test_json_array_master_id_lists_every_task_and_picks_ours() -> None:
+    task = {"nodes": "n1", "tres_per_node": "", "gres_detail": [], "tres_alloc_str": "cpu=1"}
+    text = _job_json(jobs=[{"job_id": 6, **task}, {"job_id": 5, **task}])
+    assert [n.node for n in allocation_from_json(text, "5").nodes] == ["n1"]
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("scontrol: error: Invalid job id specified", "not JSON"),
+        ('{"jobs": [{"job_id": 5, "job_id": 6}]}', "key 'job_id' twice"),
+        ('{"errors": []}', "no 'jobs' list"),
+        (_job_json(jobs=[]), "listed 0 times"),
+        (_job_json(jobs=[json.loads(_job_json())["jobs"][0]] * 2), "listed 2 times"),
+        (_job_json(nodes=["n1"]), "not a string"),
+        (_job_json(gres_detail="vgpu(CNT:2)"), "not a list of strings"),
+        (_job_json(gres_detail=[]), r"no per-node GRES on n\[1-2\]"),
+        (_job_json(gres_detail=["vgpu(CNT:2)"]), "1 per-node GRES entries for 2 node"),
+        (_job_json(gres_detail=["vgpu(CNT:2)", "vgpu(CNT:7)"]), "n2 has vgpu:7"),
+        (_job_json(tres_per_node="", gres_detail=["vgpu(CNT:2)", ""]), "n1 has vgpu:2"),
+        (_job_json(tres_alloc_str="cpu=2,gres/vgpu=14"), "gres/vgpu=14 allocated"),
+        (_job_json(nodes="n[1-"), "job 5"),
+        (
+            _job_json(
+                gres_detail=["gpu:1,vgpu(CNT:2)", "vgpu(CNT:2)"],
+                job_resources={},
+            ),
+            "does not say which node",
+        ),
+        (
+            _job_json(
+                job_resources={
+                    "nodes": {
+                        "allocation": [{"index": 0, "name": "n1"}, {"index": 1, "name": "n9"}]
+                    }
+                }
+            ),
+            "job_resources names",
+        ),
+    ],
+    ids=[
+        "not-json",
+        "duplicate-key",
+        "no-jobs",
+        "absent",
+        "twice",
+        "nodes-type",
+        "detail-type",
+        "no-detail",
+        "detail-short",
+        "node-disagrees",
+        "unrequested-vgpu",
+        "total-disagrees",
+        "hostlist",
+        "unpaired",
+        "other-node",
+    ],
+)
+def test_json_refuses_what_it_cannot_trust(text: str, why: str) -> None:
+    with pytest.raises(AllocationError, match=why):
+        allocation_from_json(text, "5")
+
+
+def test_json_without_job_resources_pairs_identical_entries_with_the_node_list() -> None:
+    alloc = allocation_from_json(_job_json(job_resources=None), "5")
+    assert [(n.node, n.count("vgpu")) for n in alloc.nodes] == [("n1", 2), ("n2", 2)]
+
+
 def test_text_with_two_records_for_one_job_is_refused() -> None:
     one = "JobId=5 JobName=a\n   TresPerNode=gres:vgpu:1\n     Nodes=n1 CPU_IDs=0 Mem=1 GRES=\n"
     with pytest.raises(ForgedRecord, match="2 job records"):
@@ -126,14 +249,23 @@ def test_text_with_two_records_for_one_job_is_refused() -> None:
 class _Runner:
     """Answers squeue and scontrol like Runner.run: output, or (check=True) the error."""
 
-    def __init__(self, squeue: CommandResult, scontrol: str = "") -> None:
+    def __init__(
+        self, squeue: CommandResult, scontrol: str = "", json_result: CommandResult | None = None
+    ) -> None:
         self.squeue = squeue
         self.scontrol = scontrol
+        self.json_result = json_result
         self.calls: list[str] = []
 
     def run(self, name: str, *args: str, check: bool = True, **_kw: object) -> CommandResult:
-        self.calls.append(name)
-        res = self.squeue if name == "squeue" else CommandResult((name,), 0, self.scontrol, "")
+        self.calls.append(f"{name} --json" if "--json" in args else name)
+        if name == "squeue":
+            res = self.squeue
+        elif "--json" in args:
+            assert self.json_result is not None, "scontrol --json was not expected"
+            res = self.json_result
+        else:
+            res = CommandResult((name,), 0, self.scontrol, "")
         if check and not res.ok:
             raise SlurmCommandError(res.argv, res.returncode, res.stderr, res.stdout)
         return res
@@ -171,3 +303,31 @@ def test_read_allocation_does_not_retry_an_unreachable_slurmctld() -> None:
     with pytest.raises(SlurmCommandError, match="Unable to contact"):
         read_allocation(r, "5")  # type: ignore[arg-type]
     assert r.calls == ["squeue"]
+
+
+def _scontrol(rc: int, stdout: str = "", stderr: str = "") -> CommandResult:
+    return CommandResult(("scontrol",), rc, stdout, stderr)
+
+
+def test_read_allocation_with_json_is_one_scontrol_call() -> None:
+    r = _Runner(_squeue(0, SQUEUE_OK), json_result=_scontrol(0, _job_json()))
+    alloc = read_allocation(r, "5", scontrol_json=True)  # type: ignore[arg-type]
+    assert alloc.source == "scontrol-json" and alloc.on("n2").count("vgpu") == 2
+    assert r.calls == ["scontrol --json"]
+
+
+def test_read_allocation_falls_back_to_squeue_where_scontrol_has_no_json() -> None:
+    # The version was declared 23.02+, but this scontrol is older.
+    old = _scontrol(1, stderr="scontrol: unrecognized option '--json'\nTry \"scontrol --help\"")
+    r = _Runner(_squeue(0, SQUEUE_OK), json_result=old)
+    alloc = read_allocation(r, "5", scontrol_json=True)  # type: ignore[arg-type]
+    assert alloc.source == "squeue" and alloc.on("n1").count("vgpu") == 2
+    assert r.calls == ["scontrol --json", "squeue"]
+
+
+def test_read_allocation_with_json_does_not_retry_an_unreachable_slurmctld() -> None:
+    down = _scontrol(1, stderr="slurm_load_jobs error: Unable to contact slurm controller")
+    r = _Runner(_squeue(0, SQUEUE_OK), json_result=down)
+    with pytest.raises(SlurmCommandError, match="Unable to contact"):
+        read_allocation(r, "5", scontrol_json=True)  # type: ignore[arg-type]
+    assert r.calls == ["scontrol --json"]

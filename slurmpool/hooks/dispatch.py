@@ -94,11 +94,17 @@ def prolog(ctx: HookContext) -> int:
     from slurmpool.pooling.prolog import run_prolog
 
     env = ctx.env
+    version = ctx.config.slurm_version
 
     def slurm() -> SlurmJobs:
         from slurmpool.pooling.slurmjob import SlurmJobs
+        from slurmpool.slurm.version import SlurmVersionError, parse_version
 
-        return SlurmJobs.from_env(env)
+        try:
+            scontrol_json = parse_version(version).supports("scontrol_json")
+        except SlurmVersionError:
+            scontrol_json = False  # squeue -O reads the allocation on every version
+        return SlurmJobs.from_env(env, scontrol_json=scontrol_json)
 
     return run_prolog(node, job, env, slurm)
 

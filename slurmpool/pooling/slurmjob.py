@@ -24,9 +24,17 @@ DEFAULT_TIMEOUT_S = 10.0
 class SlurmJobs:
     runner: Runner
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # This Slurm has ``scontrol show job --json`` (23.02+): the allocation is read there.
+    scontrol_json: bool = False
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], timeout_s: float = DEFAULT_TIMEOUT_S) -> SlurmJobs:
+    def from_env(
+        cls,
+        env: Mapping[str, str],
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        *,
+        scontrol_json: bool = False,
+    ) -> SlurmJobs:
         """A runner for hook context: Slurm's PATH and SLURM_CONF from the hook's env only."""
         child = {k: env[k] for k in ("PATH", "SLURM_CONF") if k in env}
         # The hook's PATH first (the wrapper sets it), then the usual places.
@@ -35,14 +43,16 @@ class SlurmJobs:
         runner = Runner(
             env=child, search_path=search, timeout=timeout_s, slurm_conf=env.get("SLURM_CONF")
         )
-        return cls(runner, timeout_s)
+        return cls(runner, timeout_s, scontrol_json)
 
     def allocation(self, job_id: str) -> JobAllocation:
         """What slurmctld allocated to the job, per node
         (:func:`slurmpool.slurm.allocation.read_allocation`)."""
         from slurmpool.slurm.allocation import read_allocation
 
-        return read_allocation(self.runner, job_id, timeout=self.timeout_s)
+        return read_allocation(
+            self.runner, job_id, timeout=self.timeout_s, scontrol_json=self.scontrol_json
+        )
 
     def admin_comment(self, job_id: str) -> str | None:
         """The job's AdminComment ("" when unset), or None when it cannot be read safely."""

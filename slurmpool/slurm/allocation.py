@@ -1,6 +1,12 @@
 """What slurmctld allocated to a job, per node, from output no user string can shape.
 
-The prolog carves exactly this.  Two readers, both pure:
+The prolog carves exactly this.  Three readers, all pure:
+
+- :func:`allocation_from_json`: ``scontrol show job --json ID`` (23.02+; recorded on
+  24.11 and 26.05 as the prolog sees it).  Every user-owned field is a JSON string,
+  escaped by Slurm, so no name can add a key; a key that repeats in one object is
+  refused all the same.  ``gres_detail`` holds one entry per allocated node, in the
+  order of ``job_resources.nodes.allocation`` (which names each node).
 
 - :func:`allocation_from_squeue`: ``squeue -h -j ID -O`` with :data:`SQUEUE_FIELDS`
   only, fields Slurm computes and no user can set (job id, node list, per-node TRES,
@@ -64,7 +70,7 @@ class JobAllocation:
 
     job_id: str
     nodes: tuple[NodeAllocation, ...]
-    source: str  # "squeue" or "scontrol-text"
+    source: str  # "scontrol-json", "squeue" or "scontrol-text"
 
     def on(self, node: str) -> NodeAllocation:
         """The job's allocation on ``node`` (nothing when the job has no part there)."""
@@ -72,6 +78,97 @@ class JobAllocation:
             if n.node == node:
                 return n
         return NodeAllocation(node, ())
+
+
+# -- scontrol show job --json ---------------------------------------------------------
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj: dict[str, object] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ForgedRecord(f"the JSON prints key {key!r} twice in one object")
+        obj[key] = value
+    return obj
+
+
+def _json_node_names(job: dict[str, object], details: list[object]) -> list[str] | None:
+    """The node each ``gres_detail`` entry belongs to, by ``job_resources`` (24.11+ data
+    parsers); None where that part has another shape."""
+    res = job.get("job_resources")
+    nodes = res.get("nodes") if isinstance(res, dict) else None
+    alloc = nodes.get("allocation") if isinstance(nodes, dict) else None
+    if not isinstance(alloc, list) or len(alloc) != len(details):
+        return None
+    by_index: dict[int, str] = {}
+    for a in alloc:
+        if not isinstance(a, dict):
+            return None
+        index, name = a.get("index"), a.get("name")
+        if not isinstance(index, int) or not isinstance(name, str) or index in by_index:
+            return None
+        by_index[index] = name
+    if sorted(by_index) != list(range(len(details))):
+        return None
+    return [by_index[i] for i in range(len(details))]
+
+
+def allocation_from_json(text: str, job_id: str) -> JobAllocation:
+    """Job ``job_id``'s allocation from ``scontrol show job --json ID`` output."""
+    import json
+
+    from slurmpool.hostlist import HostlistError, expand
+    from slurmpool.slurm.gres import parse_gres
+
+    def fail(why: str) -> AllocationError:
+        return AllocationError(f"scontrol --json: job {job_id}: {why}")
+
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as e:
+        raise fail(f"not JSON ({e})") from None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise fail("no 'jobs' list in the output")
+    # An array's master id lists every task: ours is the one with our id.
+    mine = [j for j in jobs if isinstance(j, dict) and str(j.get("job_id")) == job_id]
+    if len(mine) != 1:
+        raise fail(f"listed {len(mine)} times, expected once")
+    job = mine[0]
+    node_list, per_node = job.get("nodes"), job.get("tres_per_node")
+    details = job.get("gres_detail")
+    if not isinstance(node_list, str) or not isinstance(per_node, str):
+        raise fail("'nodes' or 'tres_per_node' is not a string")
+    if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
+        raise fail("'gres_detail' is not a list of strings")
+    try:
+        names = expand(node_list) if node_list else []
+        each = sum(g.count for g in parse_gres(per_node) if g.name == "vgpu")
+        gres = [tuple(parse_gres(d)) for d in details]
+    except (HostlistError, ValueError) as e:
+        raise fail(str(e)) from None
+    if not details:  # nothing per node: a job without GRES, or not allocated yet
+        if each and names:
+            raise fail(f"vgpu:{each} per node requested but no per-node GRES on {node_list}")
+        return JobAllocation(job_id, tuple(NodeAllocation(n, ()) for n in names), "scontrol-json")
+    if len(details) != len(names):
+        raise fail(f"{len(details)} per-node GRES entries for {len(names)} node(s)")
+    order = _json_node_names(job, details)
+    if order is None:
+        if len(set(gres)) > 1:
+            raise fail("per-node GRES differ and the output does not say which node has which")
+        order = names
+    elif sorted(order) != sorted(names):
+        raise fail(f"job_resources names {order}, the job's nodes are {names}")
+    nodes = tuple(NodeAllocation(n, g) for n, g in zip(order, gres, strict=True))
+    for n in nodes:
+        if n.count("vgpu") != each:
+            raise fail(f"vgpu:{each} per node requested but {n.node} has vgpu:{n.count('vgpu')}")
+    alloc = job.get("tres_alloc_str")
+    total = _tres_count(alloc, "vgpu") if isinstance(alloc, str) else None
+    if total is not None and total != each * len(names):
+        raise fail(f"vgpu:{each} per node on {len(names)} node(s) but gres/vgpu={total} allocated")
+    return JobAllocation(job_id, nodes, "scontrol-json")
 
 
 # -- squeue -O -------------------------------------------------------------------------
@@ -184,15 +281,27 @@ def allocation_from_text(text: str, job_id: str) -> JobAllocation:
 # -- the call --------------------------------------------------------------------------
 
 
-def read_allocation(runner: Runner, job_id: str, timeout: float = 10) -> JobAllocation:
-    """What slurmctld allocated to job ``job_id``, per node: one bounded ``squeue`` call;
-    ``scontrol show job -d``, strictly parsed, only where squeue lacks those fields.
+def read_allocation(
+    runner: Runner, job_id: str, timeout: float = 10, *, scontrol_json: bool = False
+) -> JobAllocation:
+    """What slurmctld allocated to job ``job_id``, per node, in one bounded call:
+    ``scontrol show job --json`` where ``scontrol_json`` says this Slurm has it (23.02+),
+    else ``squeue -O``; ``scontrol show job -d``, strictly parsed, only where squeue
+    lacks those fields.  A ``scontrol`` that does not know ``--json`` after all (the
+    version was declared, not detected) gets the squeue read.
 
     Raises SlurmCommandError when Slurm cannot be asked, and :class:`AllocationError`
     when the answer cannot be trusted.
     """
     from slurmpool.slurm.runner import SlurmCommandError
 
+    if scontrol_json:
+        res = runner.run("scontrol", "show", "job", "--json", job_id, timeout=timeout, check=False)
+        if res.ok:
+            return allocation_from_json(res.stdout, job_id)
+        # 22.05: "scontrol: unrecognized option '--json'" (measured).
+        if "unrecognized option" not in res.stderr:
+            raise SlurmCommandError(res.argv, res.returncode, res.stderr, res.stdout)
     argv = ("-h", "-j", job_id, "-O", SQUEUE_FORMAT)
     res = runner.run("squeue", *argv, timeout=timeout, check=False)
     # A field this squeue does not know: "Invalid job format specification: X" on

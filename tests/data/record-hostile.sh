@@ -1,13 +1,14 @@
 #!/bin/bash
 # Records `squeue -h -j ID -O` with slurmpool.slurm.allocation.SQUEUE_FIELDS and
 # `scontrol show job -d ID` output of running jobs whose user-owned fields carry
-# forged lines, for tests/test_slurm_allocation.py.
+# forged lines, for tests/test_slurm_allocation.py; where Slurm has them (23.02+),
+# `scontrol show job --json ID` and a job whose Extra forges a slurmpool: claim.
 #
 #   slurmpool sandbox up && eval "$(slurmpool sandbox env)"
 #   bash tests/data/record-hostile.sh tests/data/slurm-$(sinfo -V | cut -d' ' -f2 | cut -d. -f1,2)
 #
-# Each job NAME gets NAME.squeue.txt and NAME.show-job-d.txt, NAME.jobid, and
-# NAME.expect: what slurmctld allocated, one "node vgpu-count" line per node.
+# Each job NAME gets NAME.squeue.txt, NAME.show-job-d.txt (and NAME.show-job.json),
+# NAME.jobid, and NAME.expect: what slurmctld allocated, one "node vgpu-count" line per node.
 set -euo pipefail
 out=${1:?usage: record-hostile.sh OUTDIR}
 mkdir -p "$out"
@@ -37,6 +38,9 @@ submit name-record 'sbx1 1\n' -w sbx1 --gres=vgpu:1 -J "z${FORGED_RECORD}"
 submit json-fragment 'sbx2 2\n' -w sbx2 --gres=vgpu:2 -J "$FORGED_JSON" --comment="{\"tres_per_node\":\"gres:vgpu:7\"}"
 submit paths 'sbx2 1\n' -w sbx2 --gres=vgpu:1 -D "$work/dir${FORGED_TRES}" -e "$work/err${FORGED_NODE}"
 submit two-nodes 'sbx1 2\nsbx2 2\n' -N 2 --gres=vgpu:2
+if sbatch --help | grep -q -- '--extra'; then
+  submit extra 'sbx1 1\n' -w sbx1 --gres=vgpu:1 --extra=' slurmpool:vgpu=7'
+fi
 # Renamed after submit, while held, so the prolog sees the new name.
 submit renamed 'sbx2 3\n' -w sbx2 --gres=vgpu:3 -H -J plain
 renamed=$(awk '$1 == "renamed" {print $2}' "$work/jobs")
@@ -51,6 +55,9 @@ while read -r name id; do
   [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] || { echo "job $name ($id) is not running" >&2; exit 1; }
   squeue -h -j "$id" -O 'JobID:|,NodeList:|,tres-per-node:|,tres-alloc:|' > "$out/$name.squeue.txt"
   scontrol show job -d "$id" > "$out/$name.show-job-d.txt"
+  if scontrol show job --json "$id" > "$work/json" 2> /dev/null; then
+    mv "$work/json" "$out/$name.show-job.json"
+  fi
   echo "$id" > "$out/$name.jobid"
 done < "$work/jobs"
 echo "recorded $(wc -l < "$work/jobs") jobs in $out"

@@ -14,26 +14,11 @@ user=${SLURMPOOL_DEMO_USER:-sp-demo}
 
 say() { printf '\n== %s\n' "$*"; }
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "demo: run as root (the sandbox starts Slurm daemons and makes device nodes)" >&2
-  exit 1
-fi
-
-# Install what is missing: Debian's Slurm, munge and MariaDB, then slurmpool.
-need=()
-for prog in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client slurmdbd:slurmdbd \
-  munged:munge mariadbd:mariadb-server; do
-  command -v "${prog%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${prog%%:*}" ] || need+=("${prog##*:}")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-  say "installing ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-if ! python3 -c "import slurmpool, click, jinja2, yaml, pynvml, psutil" 2>/dev/null; then
-  say "installing slurmpool"
-  python3 -m pip install -q --disable-pip-version-check -e "$root_dir"
-fi
+# Debian's Slurm, munge and MariaDB, and slurmpool in the venv every job user can
+# run ($SLURMPOOL_VENV, default /opt/slurmpool); it says what to run when not root.
+SETUP_HOST_TARGET=demo bash "$root_dir/scripts/setup-host"
+venv=${SLURMPOOL_VENV:-/opt/slurmpool}
+export PATH="$venv/bin:$PATH"
 id "$user" >/dev/null 2>&1 || useradd -m "$user"
 
 cleanup() {
@@ -57,15 +42,13 @@ work=$(runuser -u "$user" -- mktemp -d)
 cat >"$work/job.sh" <<EOF
 #!/bin/bash
 echo "job \$SLURM_JOB_ID on \$SLURMD_NODENAME: CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES:-unset} profile=\${SLURMPOOL_PROFILE:-whole GPU}"
-exec /usr/bin/python3 -m slurmpool.sim.workload --state "$dir/node/sim" --util 60 --mem-mib 4000 --seconds 6
+exec $venv/bin/python -m slurmpool.sim.workload --state "$dir/node/sim" --util 60 --mem-mib 4000 --seconds 6
 EOF
 chmod 755 "$work/job.sh"
-export PYTHONPATH="$root_dir${PYTHONPATH:+:$PYTHONPATH}"
-
 say "sbatch --gres=gpu:1 (a whole passthrough GPU) and --gres=vgpu:2 (a 2g MIG instance carved for the job)"
-gpu_job=$(runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" PYTHONPATH="$PYTHONPATH" \
+gpu_job=$(runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" \
   sbatch --parsable --chdir "$work" --output "$work/%j.out" --gres=gpu:1 "$work/job.sh")
-vgpu_job=$(runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" PYTHONPATH="$PYTHONPATH" \
+vgpu_job=$(runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" \
   sbatch --parsable --chdir "$work" --output "$work/%j.out" --gres=vgpu:2 "$work/job.sh")
 echo "submitted $gpu_job and $vgpu_job"
 

@@ -1,46 +1,58 @@
 # slurmpool developer targets. CI (.ci/run) calls the same ones.
-PYTHON ?= python3
+#
+# Everything runs in the venv scripts/setup-host makes (as root, on Debian) and keeps
+# in step with this checkout.  Elsewhere, or in a venv of your own:
+#   make test SETUP=no PYTHON=/path/to/venv/bin/python
+VENV ?= /opt/slurmpool
+PYTHON ?= $(VENV)/bin/python
+SETUP ?= yes
 PYTEST_ARGS ?=
 
-.PHONY: help install lint format typecheck test test-unit test-integration bench package-test demo clean
+.PHONY: help setup lint format typecheck test test-unit test-integration bench package-test demo clean
 
 help:
-	@echo "make install        editable install with dev tools"
+	@echo "make setup          Debian packages + the $(VENV) venv with every test need (root)"
 	@echo "make demo           sandbox Slurm cluster with simulated GPUs, run jobs, show the pool"
 	@echo "make test           unit + integration tests (integration needs Slurm, see README)"
 	@echo "make lint           ruff (lint + format check) and mypy"
 	@echo "make bench          benchmarks (placement, generate-config, ...)"
 	@echo "make package-test   build a wheel, install it in a fresh venv, run it elsewhere"
 
-install:
-	$(PYTHON) -m pip install -q -e '.[dev]'
+# Debian packages and the venv with every test need (dev and report extras, Lua 5.1).
+setup:
+ifeq ($(SETUP),yes)
+	@SETUP_HOST_TARGET=test bash scripts/setup-host --test
+endif
 
-lint:
+lint: setup
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
 
-format:
+format: setup
 	$(PYTHON) -m ruff format .
 	$(PYTHON) -m ruff check --fix .
 
-typecheck:
+typecheck: setup
 	$(PYTHON) -m mypy
 
-test:
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+# With the set-up done here, a test that cannot run is a failure, not a skip.
+STRICT := $(if $(filter yes,$(SETUP)),SLURMPOOL_STRICT_TESTS=1)
 
-test-unit:
-	$(PYTHON) -m pytest -q --ignore=tests/integration $(PYTEST_ARGS)
+test: setup
+	$(STRICT) $(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
-test-integration:
-	$(PYTHON) -m pytest -q tests/integration $(PYTEST_ARGS)
+test-unit: setup
+	$(STRICT) $(PYTHON) -m pytest -q --ignore=tests/integration $(PYTEST_ARGS)
 
-bench:
+test-integration: setup
+	$(STRICT) $(PYTHON) -m pytest -q tests/integration $(PYTEST_ARGS)
+
+bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PYTHON) $$b || exit 1; done
 
-package-test:
-	bash .ci/package-test
+package-test: setup
+	PYTHON=$(PYTHON) bash .ci/package-test
 
 demo:
 	bash examples/demo.sh

@@ -6,12 +6,12 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 from click.testing import CliRunner
 
@@ -249,16 +249,10 @@ def test_cli_generate_reports_policy_errors(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-SLURMD = shutil.which("slurmd") or (
-    "/usr/sbin/slurmd" if os.path.exists("/usr/sbin/slurmd") else None
-)
-
-
-@pytest.mark.skipif(
-    SLURMD is None or os.geteuid() != 0, reason="needs slurmd and root (mknod for device files)"
-)
 def test_slurmd_parses_generated_gres_conf(tmp_path: Path) -> None:
     """Parse-back: the real slurmd -G reads the generated gres.conf of the sandbox policy."""
+    slurmd = needs.program("slurmd", "/usr/sbin/slurmd")
+    needs.root("mknod for device files")
     policy = load_policy(SANDBOX, variables={"root": str(tmp_path / "root")})
     conf = tmp_path / "etc"
     generate(policy).write(conf)
@@ -273,9 +267,8 @@ def test_slurmd_parses_generated_gres_conf(tmp_path: Path) -> None:
         "SelectType=select/cons_tres\nSlurmdParameters=config_overrides\n"
         f"Include {conf}/slurmpool.conf\n"
     )
-    assert SLURMD is not None
     proc = subprocess.run(
-        [SLURMD, "-G", "-f", str(conf / "slurm.conf"), "-N", "sbx1"],
+        [slurmd, "-G", "-f", str(conf / "slurm.conf"), "-N", "sbx1"],
         capture_output=True,
         text=True,
         timeout=30,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
+import needs
 import pytest
 
 from slurmpool.configgen import generate
@@ -13,8 +13,7 @@ from slurmpool.configgen.render import lua_string
 from slurmpool.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
-LUA = shutil.which("lua5.1")
-pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 is not installed")
+LUA = needs.program("lua5.1")
 
 HARNESS = r"""
 local logs, infos = {}, {}

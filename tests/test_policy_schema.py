@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 import yaml
 
@@ -15,7 +16,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yam
 
 
 def _validator() -> Any:
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = needs.module("jsonschema")
     schema = json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)

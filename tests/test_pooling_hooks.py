@@ -5,12 +5,12 @@ each step, concurrency, requeue, shared shares, passthrough checks."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import needs
 import pytest
 from pooling_env import A100, NODE, ListLog, Pool, make_pool
 
@@ -20,7 +20,7 @@ from slurmpool.sim import attach_process
 from slurmpool.slurm.allocation import SQUEUE_FORMAT
 from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="hooks chown device files: needs root")
+needs.root("the hooks chown device files")
 
 
 @pytest.fixture

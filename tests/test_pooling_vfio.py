@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import needs
 import pytest
 
 from slurmpool.pooling import vfio
@@ -88,8 +89,8 @@ def test_bind_fails_clearly_without_vfio_pci(tmp_path: Path) -> None:
         vfio.bind(k, "0000:99:00.0")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 def test_group_device_goes_to_the_user_and_back(tmp_path: Path) -> None:
+    needs.root("chown")
     (tmp_path / "37").write_text("")
     path = Path(vfio.hand_group(tmp_path, "37", 1234))
     assert (path.stat().st_uid, path.stat().st_mode & 0o777) == (1234, 0o600)

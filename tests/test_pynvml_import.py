@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+import needs
 
 import slurmpool
 
-pytest.importorskip("pynvml")
+needs.module("pynvml")
 
 HEAVY = ("ctypes.util", "shutil", "subprocess", "tempfile", "bz2", "lzma")
 

@@ -7,6 +7,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+import needs
 import pytest
 from click.testing import CliRunner
 
@@ -177,7 +178,7 @@ def test_html_escapes_hostile_names() -> None:
 
 
 def test_heatmap_png(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    needs.module("matplotlib")
     out = write_png(_report().result(), tmp_path / "h.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

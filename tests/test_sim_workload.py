@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import needs
 import pytest
 
 import slurmpool
@@ -229,7 +230,7 @@ def _nobody_python() -> str | None:
 def shared_node() -> Iterator[tuple[Path, NvmlBackend, str]]:
     py = _nobody_python()
     if py is None:
-        pytest.skip("needs root, runuser and a Python that user 'nobody' can run slurmpool with")
+        needs.missing("no root, runuser or Python that user 'nobody' can run slurmpool with")
     top = Path(tempfile.mkdtemp(prefix="slurmpool-sim-"))
     try:
         top.chmod(0o755)  # pytest's tmp_path is private to root

@@ -1,8 +1,9 @@
 """The Slurm sandbox for the integration tests: up once per session, down at the end.
 
 Without the Slurm/munge/MariaDB binaries (or without root) every test here
-is skipped with the reason; with ``SLURMPOOL_REQUIRE_SLURM=1`` they fail
-instead.  Run: ``SLURMPOOL_REQUIRE_SLURM=1 python -m pytest tests/integration``.
+is skipped with the reason; with ``SLURMPOOL_REQUIRE_SLURM=1`` (or
+``SLURMPOOL_STRICT_TESTS=1``) they fail instead.
+Run: ``SLURMPOOL_REQUIRE_SLURM=1 python -m pytest tests/integration``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ from .hygiene import restore
 from .polling import poll
 
 HERE = Path(__file__).resolve().parent
-REQUIRE = os.environ.get("SLURMPOOL_REQUIRE_SLURM") == "1"
+# SLURMPOOL_STRICT_TESTS=1 (tests/needs.py) requires every test to run, these too.
+REQUIRE = "1" in (
+    os.environ.get("SLURMPOOL_REQUIRE_SLURM"),
+    os.environ.get("SLURMPOOL_STRICT_TESTS"),
+)
 USERS = ("sp-alice", "sp-bob")
 TERMINAL = {
     "COMPLETED",
@@ -148,7 +153,7 @@ def _keep_logs(sandbox: Sandbox, nodes: Sequence[str], dest: Path) -> None:
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if REASON is not None:
-        pytest.fail(f"SLURMPOOL_REQUIRE_SLURM=1 but the sandbox cannot run: {REASON}")
+        pytest.fail(f"integration tests required but the sandbox cannot run: {REASON}")
     directory = Path(tempfile.mkdtemp(prefix="slurmpool-it-", dir="/tmp"))
     os.rmdir(directory)
     runner = Runner(env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})

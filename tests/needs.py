@@ -1,0 +1,52 @@
+"""What a test needs from the machine, and what happens when it is missing.
+
+A missing tool skips the test on a developer's machine, saying what is missing.
+Under ``SLURMPOOL_STRICT_TESTS=1`` (CI, and ``make test`` after
+``scripts/setup-host --test`` has installed everything) it fails instead: a
+test that cannot run there is a broken set-up, not a pass.
+
+Skips that depend on the hardware rather than the set-up (a real NVIDIA driver,
+a Slurm version without a feature) stay plain ``pytest.skip``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from types import ModuleType
+from typing import NoReturn
+
+import pytest
+
+STRICT = os.environ.get("SLURMPOOL_STRICT_TESTS") == "1"
+SETUP_HINT = "scripts/setup-host --test installs every test need (as root)"
+
+
+def missing(what: str) -> NoReturn:
+    """Skip (or, strict, fail) the calling test or module: ``what`` is missing."""
+    if STRICT:
+        pytest.fail(f"SLURMPOOL_STRICT_TESTS=1 but {what}; {SETUP_HINT}", pytrace=False)
+    pytest.skip(f"{what}; {SETUP_HINT}", allow_module_level=True)
+
+
+def module(name: str) -> ModuleType:
+    """Import ``name``, or :func:`missing` when it is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        missing(f"Python module {name} is not installed ({e})")
+
+
+def program(name: str, *fallbacks: str) -> str:
+    """The path of program ``name`` (on PATH or one of ``fallbacks``), or :func:`missing`."""
+    found = shutil.which(name) or next((f for f in fallbacks if os.access(f, os.X_OK)), None)
+    if found is None:
+        missing(f"program {name} is not installed")
+    return found
+
+
+def root(why: str) -> None:
+    """:func:`missing` unless the tests run as root (``why``: what needs it)."""
+    if os.geteuid() != 0:
+        missing(f"not running as root ({why})")

@@ -167,15 +167,71 @@ def target_for_policy(
     )
 
 
-def others_can_run(path: str) -> bool:
-    """True when any user can execute ``path`` (o+x on the file and every directory above)."""
+def why_others_cannot_run(path: str) -> str | None:
+    """Why a user who is neither root nor the owner could not execute ``path``, naming
+    the directory or file in the way; None when any user can.
+
+    The kernel walks the literal path first (``/root/venv/bin/python`` needs search
+    permission on ``/root`` even though the venv's python links to ``/usr/bin``), then
+    each link it follows: every directory on the way must be searchable, the final
+    file executable.
+    """
+    literal = Path(path)
+    if not literal.is_absolute():
+        return f"{path} is not an absolute path"
     try:
-        real = Path(path).resolve(strict=True)
-    except OSError:
-        return False
-    if not real.stat().st_mode & stat.S_IXOTH:
-        return False
-    return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
+        real = literal.resolve(strict=True)
+        hops = _symlink_hops(literal)
+    except OSError as e:
+        return f"{path} cannot be resolved ({e.strerror or e})"
+    # Every hop's directories, as written and as resolved (a directory may be a link).
+    chain = [
+        d
+        for hop in hops
+        for d in (
+            *reversed(hop.parents),
+            *reversed(hop.parent.resolve().parents),
+            hop.parent.resolve(),
+        )
+    ]
+    for d in dict.fromkeys(chain):
+        mode = d.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            return f"directory {d} (mode {stat.S_IMODE(mode):04o}) is not searchable by other users"
+    mode = real.stat().st_mode
+    if not mode & stat.S_IXOTH:
+        return f"{real} (mode {stat.S_IMODE(mode):04o}) is not executable by other users"
+    return None
+
+
+def _symlink_hops(path: Path) -> list[Path]:
+    """``path`` and each link it goes through, as the kernel follows them (a venv's
+    ``bin/python`` -> ``python3`` -> ``/usr/bin/python3.11``)."""
+    hops = [path]
+    while hops[-1].is_symlink():
+        if len(hops) > 40:  # the kernel's own limit on links followed
+            raise OSError(f"too many levels of symbolic links at {path}")
+        link = Path(os.readlink(hops[-1]))
+        hops.append(link if link.is_absolute() else hops[-1].parent / link)
+    return hops
+
+
+def check_interpreter(python: str) -> None:
+    """Refuse an interpreter job users cannot run, saying what is in the way and the fix."""
+    why = why_others_cannot_run(python)
+    if why is not None:
+        raise InstallError(
+            f"job users cannot run the hooks' interpreter {python}: {why}. The TaskProlog "
+            "runs as each job's user, so every job would fail (TaskProlog status 126). Fix: "
+            "install slurmpool into a venv every user can reach (sudo scripts/setup-host "
+            "makes /opt/slurmpool) and pass --python /opt/slurmpool/bin/python, or make "
+            "that directory searchable by others (chmod o+x)"
+        )
+
+
+def others_can_run(path: str) -> bool:
+    """True when any user can execute ``path`` (see :func:`why_others_cannot_run`)."""
+    return why_others_cannot_run(path) is None
 
 
 # --- plans ----------------------------------------------------------------
@@ -551,10 +607,12 @@ def plan_install(
     if old_manifest_bytes != manifest_bytes:
         files.append(FileChange(target.manifest, old_manifest_bytes, manifest_bytes, 0o600))
     notes = list(edit.notes)
-    if not others_can_run(target.python):
+    if root_p.resolve() == Path("/"):
+        check_interpreter(target.python)
+    else:
         notes.append(
-            f"job users cannot run {target.python} (TaskProlog runs as the job's user, so their "
-            "jobs would fail): install with an interpreter every user can run (--python)"
+            f"staged root: not checked that job users can run {target.python} on the node "
+            "(every directory on its path searchable by others, the interpreter executable)"
         )
     return Plan(root_p, tuple(dirs), tuple(files), tuple(notes))
 

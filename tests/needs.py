@@ -50,3 +50,16 @@ def root(why: str) -> None:
     """:func:`missing` unless the tests run as root (``why``: what needs it)."""
     if os.geteuid() != 0:
         missing(f"not running as root ({why})")
+
+
+def job_python() -> str:
+    """pytest's interpreter, for hook wrappers that install writes: install refuses an
+    interpreter job users cannot run (one under a 0700 home, say)."""
+    import sys
+
+    from slurmpool.install import why_others_cannot_run
+
+    why = why_others_cannot_run(sys.executable)
+    if why is not None:
+        missing(f"job users cannot run {sys.executable}: {why}")
+    return sys.executable

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import needs
 import pytest
 from click.testing import CliRunner
 
@@ -32,7 +33,7 @@ def make_node(node: Path, gpus: list[tuple[str, bool]]) -> Policy:
     conf = Path(policy.paths.slurm_config_dir) / "slurm.conf"
     conf.parent.mkdir(parents=True)
     conf.write_text("ClusterName=sandbox\n")
-    target = target_for_policy(policy, systemd_dir=str(node / "systemd"))
+    target = target_for_policy(policy, systemd_dir=str(node / "systemd"), python=needs.job_python())
     apply(plan_install(target, generate(policy).files))
     create_node(
         policy.gpu_backend[len("sim:") :],

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import needs
 import pytest
 from click.testing import CliRunner
 
@@ -21,6 +25,7 @@ from slurmpool.install import (
     plan_install,
     plan_uninstall,
     target_for_policy,
+    why_others_cannot_run,
 )
 from slurmpool.policy import Policy, load_policy
 
@@ -77,7 +82,9 @@ def policy_for(node: Path) -> Policy:
 
 def do_install(policy: Policy, root: str | Path = "/", **kw: str) -> list[str]:
     target = target_for_policy(
-        policy, systemd_dir=kw.get("systemd_dir", policy.paths.state_dir + "-systemd")
+        policy,
+        systemd_dir=kw.get("systemd_dir", policy.paths.state_dir + "-systemd"),
+        python=needs.job_python(),
     )
     return apply(plan_install(target, generate(policy).files, root))
 
@@ -125,7 +132,9 @@ def test_round_trip_restores_bytes_and_site_prolog_runs(site: dict[str, Path]) -
 
 def test_second_install_is_a_no_op(site: dict[str, Path]) -> None:
     policy = policy_for(site["node"])
-    target = target_for_policy(policy, systemd_dir=str(site["root"] / "systemd"))
+    target = target_for_policy(
+        policy, systemd_dir=str(site["root"] / "systemd"), python=needs.job_python()
+    )
     files = generate(policy).files
     first = plan_install(target, files)
     assert not first.empty
@@ -162,6 +171,8 @@ def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
             f"root={site['node']}",
             "--systemd-dir",
             str(site["root"] / "systemd"),
+            "--python",
+            needs.job_python(),
             "--dry-run",
         ],
     )
@@ -297,3 +308,79 @@ def test_wrapper_sets_path_and_slurm_conf_in_an_empty_environment(site: dict[str
         timeout=30,
     )
     assert res.returncode == 0, res.stderr
+
+
+# -- the hooks' interpreter, as a job user sees it ----------------------------------------
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user can search (pytest's tmp_path is private to root)."""
+    top = Path(tempfile.mkdtemp(prefix="slurmpool-install-"))
+    top.chmod(0o755)
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top)
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir()
+    path.chmod(0o700)
+    return path
+
+
+def _venv_python(venv: Path, target: str = "/usr/bin/python3") -> Path:
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.symlink_to(target)
+    return python
+
+
+def test_refuses_an_interpreter_under_a_private_directory(
+    site: dict[str, Path], shared_dir: Path
+) -> None:
+    home = _private_dir(shared_dir / "root")
+    # The venv's python links to /usr/bin/python3, which anyone can run: the path the
+    # wrapper runs still goes through the 0700 directory.
+    python = _venv_python(home / "venv")
+    policy = policy_for(site["node"])
+    target = target_for_policy(policy, python=str(python))
+    with pytest.raises(InstallError) as e:
+        plan_install(target, generate(policy).files)
+    msg = str(e.value)
+    assert f"directory {home} (mode 0700) is not searchable by other users" in msg
+    assert "--python /opt/slurmpool/bin/python" in msg and "chmod o+x" in msg
+    assert not Path(policy.paths.hooks_dir).exists()  # nothing written
+
+
+def test_refuses_a_venv_whose_python_links_into_a_private_directory(
+    site: dict[str, Path], shared_dir: Path
+) -> None:
+    private = _private_dir(shared_dir / "private")
+    real = private / "python3"
+    real.symlink_to("/usr/bin/python3")
+    python = _venv_python(shared_dir / "venv", str(real))
+    policy = policy_for(site["node"])
+    with pytest.raises(InstallError, match=f"directory {private} \\(mode 0700\\)"):
+        plan_install(target_for_policy(policy, python=str(python)), generate(policy).files)
+
+
+def test_cli_refusal_names_the_directory_and_the_fix(
+    site: dict[str, Path], shared_dir: Path
+) -> None:
+    home = _private_dir(shared_dir / "home")
+    python = _venv_python(home / "venv")
+    args = ["install", "--policy", str(EXAMPLE), "--var", f"root={site['node']}"]
+    result = CliRunner().invoke(main, [*args, "--python", str(python), "--dry-run"])
+    assert result.exit_code != 0
+    assert f"error: job users cannot run the hooks' interpreter {python}" in result.output
+    assert f"directory {home} (mode 0700)" in result.output
+
+
+def test_accepts_an_interpreter_every_user_can_reach(shared_dir: Path) -> None:
+    python = _venv_python(shared_dir / "venv")
+    assert why_others_cannot_run(str(python)) is None
+    (shared_dir / "venv" / "bin").chmod(0o750)
+    assert "venv/bin (mode 0750)" in (why_others_cannot_run(str(python)) or "")
+    assert "cannot be resolved" in (why_others_cannot_run(str(shared_dir / "nope")) or "")

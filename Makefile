@@ -8,7 +8,7 @@ PYTHON ?= $(VENV)/bin/python
 SETUP ?= yes
 PYTEST_ARGS ?=
 
-.PHONY: help setup lint format typecheck test test-unit test-integration bench package-test demo clean
+.PHONY: help setup lint format typecheck test test-unit test-integration bench package-test fresh-check demo clean
 
 help:
 	@echo "make setup          Debian packages + the $(VENV) venv with every test need (root)"
@@ -17,6 +17,7 @@ help:
 	@echo "make lint           ruff (lint + format check) and mypy"
 	@echo "make bench          benchmarks (placement, generate-config, ...)"
 	@echo "make package-test   build a wheel, install it in a fresh venv, run it elsewhere"
+	@echo "make fresh-check    make demo and make test, literally, in a fresh minimal Debian root"
 
 # Debian packages and the venv with every test need (dev and report extras, Lua 5.1).
 setup:
@@ -56,6 +57,10 @@ package-test: setup
 
 demo:
 	bash examples/demo.sh
+
+# The README's two commands, literally, in a fresh minimal Debian root (root, mmdebstrap).
+fresh-check:
+	bash .ci/fresh-check
 
 clean:
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache

@@ -52,25 +52,49 @@ vgpu_job=$(runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" \
   sbatch --parsable --chdir "$work" --output "$work/%j.out" --gres=vgpu:2 "$work/job.sh")
 echo "submitted $gpu_job and $vgpu_job"
 
-for _ in $(seq 1 60); do
-  state=$(squeue -h -j "$gpu_job,$vgpu_job" -o %T | sort -u | tr '\n' ' ')
-  case "$state" in *RUNNING*) break ;; esac
-  sleep 1
-done
+jobs="$gpu_job,$vgpu_job"
+# Why the jobs did not end as they should: slurmctld's view, then the logs' last lines.
+diagnose() {
+  say "what went wrong: the jobs as slurmctld sees them, and the last log lines"
+  scontrol show job "$gpu_job" "$vgpu_job" | grep -E 'JobId=|JobState=|Restarts=|AdminComment=' || true
+  for log in "$dir"/log/slurmctld.log "$dir"/hosts/*/state/hooks.log; do
+    [ -f "$log" ] && { echo "-- $log"; tail -n 20 "$log"; }
+  done
+}
+# Wait on the jobs' states, never on a fixed time: the deadline only ends a wait on a
+# cluster that is broken, and says why.
+wait_until() {  # WHAT TIMEOUT_S COMMAND...
+  local what=$1 deadline=$(($(date +%s) + $2))
+  shift 2
+  until "$@"; do
+    if [ "$(date +%s)" -gt "$deadline" ]; then
+      echo "demo: $what: not within the deadline" >&2
+      diagnose
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
+gone() { [ -z "$(squeue -h -j "$jobs" -o %i)" ]; }
+started() { squeue -h -j "$jobs" -t RUNNING -o %i | grep -q . || gone; }
+in_accounting() {  # both jobs ended, with their end time, in slurmdbd's records
+  [ "$(sacct -n -X -j "$jobs" -o End | grep -cv Unknown)" = 2 ]
+}
+
+wait_until "a job starts" 300 started
 say "the pool while the jobs run"
 squeue -o "%.8i %.9u %.10T %.8N %b"
 
-for _ in $(seq 1 90); do
-  [ -z "$(squeue -h -j "$gpu_job,$vgpu_job" -o %i)" ] && break
-  sleep 1
-done
-say "job output"
-cat "$work/$gpu_job.out" "$work/$vgpu_job.out"
-say "accounting"
-sacct -j "$gpu_job,$vgpu_job" -X -o JobID,User,State,ExitCode,AllocTRES%60
+wait_until "both jobs end" 300 gone
 rc=0
 for j in "$gpu_job" "$vgpu_job"; do
-  st=$(sacct -n -X -j "$j" -o State | tr -d ' ')
+  st=$(scontrol show job "$j" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
   [ "$st" = COMPLETED ] || { echo "demo: job $j ended $st" >&2; rc=1; }
 done
-exit "$rc"
+[ "$rc" -eq 0 ] || { diagnose; exit "$rc"; }
+say "job output"
+cat "$work/$gpu_job.out" "$work/$vgpu_job.out"
+# slurmdbd records a job some time after slurmctld ends it.
+wait_until "slurmdbd records both jobs" 120 in_accounting
+say "accounting"
+sacct -j "$jobs" -X -o JobID,User,State,ExitCode,AllocTRES%60

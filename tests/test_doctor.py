@@ -33,7 +33,9 @@ def make_node(node: Path, gpus: list[tuple[str, bool]]) -> Policy:
     conf = Path(policy.paths.slurm_config_dir) / "slurm.conf"
     conf.parent.mkdir(parents=True)
     conf.write_text("ClusterName=sandbox\n")
-    target = target_for_policy(policy, systemd_dir=str(node / "systemd"), python=needs.job_python())
+    target = target_for_policy(
+        policy, systemd_dir=str(node / "systemd"), python=needs.hook_python()
+    )
     apply(plan_install(target, generate(policy).files))
     create_node(
         policy.gpu_backend[len("sim:") :],

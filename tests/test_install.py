@@ -84,7 +84,7 @@ def do_install(policy: Policy, root: str | Path = "/", **kw: str) -> list[str]:
     target = target_for_policy(
         policy,
         systemd_dir=kw.get("systemd_dir", policy.paths.state_dir + "-systemd"),
-        python=needs.job_python(),
+        python=needs.hook_python(),
     )
     return apply(plan_install(target, generate(policy).files, root))
 
@@ -133,7 +133,7 @@ def test_round_trip_restores_bytes_and_site_prolog_runs(site: dict[str, Path]) -
 def test_second_install_is_a_no_op(site: dict[str, Path]) -> None:
     policy = policy_for(site["node"])
     target = target_for_policy(
-        policy, systemd_dir=str(site["root"] / "systemd"), python=needs.job_python()
+        policy, systemd_dir=str(site["root"] / "systemd"), python=needs.hook_python()
     )
     files = generate(policy).files
     first = plan_install(target, files)
@@ -172,7 +172,7 @@ def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
             "--systemd-dir",
             str(site["root"] / "systemd"),
             "--python",
-            needs.job_python(),
+            needs.hook_python(),
             "--dry-run",
         ],
     )

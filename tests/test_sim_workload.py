@@ -207,30 +207,9 @@ def test_unreadable_gpu_node_is_refused_for_this_user(node: tuple[Path, NvmlBack
 # -- permissions, as an unprivileged user -----------------------------------------------
 
 
-def _nobody_python() -> str | None:
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        return None
-    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
-    for py in (sys.executable, f"/usr/bin/python{ver}", "/usr/bin/python3"):
-        check = (
-            f"import sys; assert sys.version_info[:2] == {sys.version_info[:2]!r}; "
-            "import slurmpool.sim.workload"
-        )
-        probe = subprocess.run(
-            ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={REPO}", py, "-c", check],
-            capture_output=True,
-            cwd="/",
-        )
-        if probe.returncode == 0:
-            return py
-    return None
-
-
 @pytest.fixture
 def shared_node() -> Iterator[tuple[Path, NvmlBackend, str]]:
-    py = _nobody_python()
-    if py is None:
-        needs.missing("no root, runuser or Python that user 'nobody' can run slurmpool with")
+    py, _path = needs.python_for_jobs()  # _env() puts the source on PYTHONPATH
     top = Path(tempfile.mkdtemp(prefix="slurmpool-sim-"))
     try:
         top.chmod(0o755)  # pytest's tmp_path is private to root

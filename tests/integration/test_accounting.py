@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 from slurmpool.accounting.codec import decode, find_token
@@ -37,8 +38,6 @@ from slurmpool.sandbox import procs
 from .conftest import TERMINAL, Cluster
 from .polling import poll
 
-SOURCE = Path(__file__).resolve().parents[2]
-PY = f"PYTHONPATH={SOURCE} /usr/bin/python3"
 USERS = ("sp-acct-ann", "sp-acct-ben")  # this module's own users: per-user totals are exact
 NODES = ("sbx1", "sbx2")
 
@@ -165,7 +164,8 @@ def workload(cluster: Cluster, release: Path, util: int = 60, mem: int = 4000) -
     """The simulator's workload, held until the test creates ``release``."""
     state = cluster.sandbox.layout.node_root / "sim"
     return (
-        f"{PY} -m slurmpool.sim.workload --state {state} --util {util} --mem-mib {mem} "
+        f"{needs.python_for_jobs_shell()} -m slurmpool.sim.workload --state {state} "
+        f"--util {util} --mem-mib {mem} "
         f"--until-file {release}"
     )
 

@@ -17,17 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
-import slurmpool
 from slurmpool.slurm import parse_jobs, parse_nodes
 
 from .conftest import Cluster
 from .polling import poll
 
-SOURCE = str(Path(slurmpool.__file__).resolve().parents[1])
-# The job's interpreter: the system python3 every user can run, slurmpool from source.
-PY = f"PYTHONPATH={SOURCE} /usr/bin/python3"
 # Requeued jobs wait about cred_expire (10 s) plus the next main scheduling pass
 # (sched_interval=5 in the sandbox): ~21 s measured; the bound only a failure reaches.
 REQUEUE_WAIT_S = 180
@@ -65,7 +62,8 @@ def workload(seconds: float = 0, until: Path | None = None) -> str:
     test creates ``until``."""
     state = cluster_sim_dir()
     length = f"--until-file {until}" if until is not None else f"--seconds {seconds}"
-    return f"{PY} -m slurmpool.sim.workload {length} --mem-mib 100 --state {state}"
+    py = needs.python_for_jobs_shell()
+    return f"{py} -m slurmpool.sim.workload {length} --mem-mib 100 --state {state}"
 
 
 def held(until: Path) -> str:

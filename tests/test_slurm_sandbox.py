@@ -15,6 +15,7 @@ from slurmpool.sandbox import Layout, Sandbox, SandboxError, SandboxOptions, San
 from slurmpool.sandbox.cluster import (
     base_slurm_conf,
     free_port_block,
+    monitord_argv,
     namespace_argv,
     slurmdbd_conf,
     wait_for,
@@ -154,3 +155,32 @@ def test_cli_without_a_sandbox(tmp_path: Path) -> None:
         main, ["sandbox", "status"], env={"SLURMPOOL_SANDBOX_DIR": str(tmp_path / "e")}
     )
     assert str(tmp_path / "e") in res.output
+
+
+def test_monitord_runs_as_the_installed_unit_on_its_own_port() -> None:
+    argv = monitord_argv(
+        "/opt/slurmpool/bin/python",
+        None,
+        node_config="/sbx/etc/node-config.json",
+        node="sbx2",
+        port=20001,
+        interval_s=0.5,
+    )
+    assert argv[:6] == [
+        "/opt/slurmpool/bin/python",
+        "-I",
+        "-m",
+        "slurmpool",
+        "monitord",
+        "--node-config",
+    ]
+    assert argv[argv.index("--node") + 1] == "sbx2"
+    assert argv[argv.index("--port") + 1] == "20001"
+    assert argv[argv.index("--address") + 1] == "127.0.0.1"
+    assert argv[argv.index("--interval") + 1] == "0.5"
+    # slurmpool from source: PYTHONPATH kept, so no -I (which would drop it).
+    src = monitord_argv(
+        "/usr/bin/python3", "/src:/sbx/pylib", node_config="c", node="n", port=1, interval_s=2
+    )
+    assert src[:3] == ["/usr/bin/env", "PYTHONPATH=/src:/sbx/pylib", "/usr/bin/python3"]
+    assert "-I" not in src

@@ -73,6 +73,8 @@ class SandboxOptions:
     # system python3 with this slurmpool's source on PYTHONPATH (the hooks need only the
     # standard library).
     hook_python: str | None = None
+    # Seconds between monitord's sampling passes on every node.
+    monitor_interval_s: float = 2.0
 
 
 def hook_interpreter(options: SandboxOptions) -> tuple[str, str | None]:
@@ -105,6 +107,51 @@ def _hook_pylib(options: SandboxOptions) -> list[str]:
     shutil.copyfile(str(pynvml.__file__), target)
     os.chmod(target, 0o644)
     return [str(pylib)]
+
+
+def monitord_argv(
+    python: str,
+    python_path: str | None,
+    *,
+    node_config: str,
+    node: str,
+    port: int,
+    interval_s: float,
+) -> list[str]:
+    """monitord as the installed unit runs it (``python -I -m slurmpool monitord
+    --node-config ...``), on its own port: every sandbox node shares one loopback."""
+    # -I would drop PYTHONPATH: where slurmpool comes from source, keep the path.
+    head = (
+        [python, "-I"]
+        if python_path is None
+        else ["/usr/bin/env", f"PYTHONPATH={python_path}", python]
+    )
+    return [
+        *head,
+        "-m",
+        "slurmpool",
+        "monitord",
+        "--node-config",
+        node_config,
+        "--node",
+        node,
+        "--address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--interval",
+        f"{interval_s:g}",
+    ]
+
+
+def _serves(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return b"slurmpool_monitor_passes_total" in r.read()
+    except OSError:
+        return False
 
 
 def default_policy_path() -> Path:
@@ -322,7 +369,41 @@ class Sandbox:
         st = self.state()
         if st is None or node not in st.nodes:
             raise SandboxError(f"no node {node!r} in the sandbox at {self.layout.root}")
+        return self.on_node_argv(node, argv)
+
+    def on_node_argv(self, node: str, argv: Sequence[str]) -> list[str]:
         return namespace_argv(self.runner, self.layout.host_binds(node), argv)
+
+    def monitord_url(self, node: str) -> str:
+        """Where ``node``'s monitord serves /metrics and /jobs/<id>."""
+        st = self.state()
+        if st is None or f"monitord:{node}" not in st.ports:
+            raise SandboxError(f"no monitord for node {node!r} in {self.layout.root}")
+        return f"http://127.0.0.1:{st.ports[f'monitord:{node}']}"
+
+    def restart(self, name: str) -> procs.Daemon:
+        """Stop daemon ``name`` (e.g. ``monitord-sbx1``) by PID and start it again as it
+        was started; wait until it serves again."""
+        st = self.state()
+        old = next((d for d in st.daemons if d.name == name), None) if st else None
+        if st is None or old is None:
+            raise SandboxError(f"no daemon {name!r} in the sandbox at {self.layout.root}")
+        procs.stop([old])
+        st.daemons.remove(old)
+        env = self.runner.child_env()
+        env["SLURM_CONF"] = st.slurm_conf
+        d = self._spawn(st, name, old.argv, env)
+        if name.startswith("monitord-"):
+            self._wait_monitord(st, d)
+        return d
+
+    def _wait_monitord(self, state: SandboxState, d: procs.Daemon) -> None:
+        node = d.name.removeprefix("monitord-")
+        url = f"http://127.0.0.1:{state.ports[f'monitord:{node}']}/metrics"
+        try:
+            wait_for(d.name, lambda: _serves(url), 30, lambda: procs.is_running(d))
+        except SandboxError:
+            raise self._fail(d.name, d) from None
 
     def nodes(self) -> list[NodeInfo]:
         out = self.slurm().run("scontrol", "show", "node", timeout=15)
@@ -358,15 +439,19 @@ class Sandbox:
         policy = self._load_policy(policy_path)
         cluster = options.cluster or policy.cluster
         node_names = [n for g in policy.node_groups for n in g.hostlist.expand()]
-        ports_list = free_port_block(4 + len(node_names))
+        ports_list = free_port_block(4 + 2 * len(node_names))
         ports = {
             "slurmctld": ports_list[0],
             "slurmdbd": ports_list[1],
             "mariadb": ports_list[2],
             "slurmd": ports_list[3],
         }
-        for name, port in zip(node_names, ports_list[4:], strict=True):
+        n = len(node_names)
+        for name, port, metrics in zip(
+            node_names, ports_list[4 : 4 + n], ports_list[4 + n :], strict=True
+        ):
             ports[f"slurmd:{name}"] = port
+            ports[f"monitord:{name}"] = metrics
         policy = self._with_ports(policy, ports)
         etc = Path(policy.paths.slurm_config_dir)
         state = SandboxState(
@@ -637,6 +722,20 @@ class Sandbox:
                 f"nodes did not become idle:\n{detail}\n--- slurmctld log ---\n"
                 f"{procs.tail(L.log('slurmctld'))}"
             ) from None
+
+        say("starting monitord on " + ", ".join(state.nodes))
+        python, python_path = hook_interpreter(options)
+        for name in state.nodes:
+            argv = monitord_argv(
+                python,
+                python_path,
+                node_config=str(etc / "node-config.json"),
+                node=name,
+                port=state.ports[f"monitord:{name}"],
+                interval_s=options.monitor_interval_s,
+            )
+            d = self._spawn(state, f"monitord-{name}", self.on_node_argv(name, argv), env)
+            self._wait_monitord(state, d)
 
     def _install(self, policy: Policy, state: SandboxState, options: SandboxOptions) -> None:
         from slurmpool.configgen import generate

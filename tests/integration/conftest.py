@@ -160,7 +160,10 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     sandbox = Sandbox(directory, runner)
     created = _ensure_users()
     try:
-        state = sandbox.up(SandboxOptions(directory=directory, python=sys.executable, timeout_s=90))
+        options = SandboxOptions(
+            directory=directory, python=sys.executable, timeout_s=90, monitor_interval_s=0.5
+        )
+        state = sandbox.up(options)
         for user in USERS:
             sandbox.add_user(user)
         workdir = directory / "work"

@@ -15,10 +15,7 @@ by tests/test_monitor.py on a simulated H100.)
 from __future__ import annotations
 
 import json
-import os
 import pwd
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,96 +39,28 @@ USERS = ("sp-acct-ann", "sp-acct-ben")  # this module's own users: per-user tota
 NODES = ("sbx1", "sbx2")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Monitord:
     node: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    url: str
 
     def metrics(self) -> str:
         return urllib.request.urlopen(f"{self.url}/metrics", timeout=5).read().decode()
 
 
 class Monitors:
-    """monitord on every node; started and stopped by PID."""
+    """The monitord the sandbox runs on every node, as the installed unit would."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.running: dict[str, Monitord] = {}
 
-    def node_config(self) -> str:
-        return str(Path(self.cluster.state.slurm_conf).parent / "node-config.json")
+    @property
+    def running(self) -> dict[str, Monitord]:
+        return {n: Monitord(n, self.cluster.sandbox.monitord_url(n)) for n in NODES}
 
-    def start(self, node: str) -> Monitord:
-        port = free_port()
-        log = self.cluster.sandbox.layout.log_dir / f"monitord-{node}.log"
-        argv = self.cluster.sandbox.on_node(
-            node,
-            [
-                sys.executable,
-                "-m",
-                "slurmpool",
-                "monitord",
-                "--node-config",
-                self.node_config(),
-                "--node",
-                node,
-                "--interval",
-                "0.5",
-                "--address",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-        )
-        out = open(log, "ab")  # noqa: SIM115 (the daemon keeps it)
-        proc = subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=self.cluster.slurm.child_env(),
-            start_new_session=True,
-        )
-        out.close()
-        m = Monitord(node, port, proc, log)
-        poll(f"monitord on {node} serving metrics", lambda: self._up(m), 20)
-        self.running[node] = m
-        return m
-
-    @staticmethod
-    def _up(m: Monitord) -> bool:
-        if m.proc.poll() is not None:
-            raise AssertionError(f"monitord on {m.node} exited: {m.log.read_text()[-2000:]}")
-        try:
-            return "slurmpool_monitor_passes_total" in m.metrics()
-        except OSError:
-            return False
-
-    def stop(self, node: str) -> None:
-        m = self.running.pop(node)
-        if m.proc.poll() is None:
-            os.kill(m.proc.pid, signal.SIGTERM)
-            try:
-                m.proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                os.kill(m.proc.pid, signal.SIGKILL)
-                m.proc.wait()
-        assert m.proc.returncode == 0, m.log.read_text()[-2000:]
-
-    def stop_all(self) -> None:
-        for node in list(self.running):
-            self.stop(node)
+    def restart(self, node: str) -> None:
+        """Stop the node's monitord by PID and start it again (waits until it serves)."""
+        self.cluster.sandbox.restart(f"monitord-{node}")
 
 
 @pytest.fixture(scope="module")
@@ -150,14 +79,8 @@ def users(cluster: Cluster) -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def monitors(cluster: Cluster) -> Iterator[Monitors]:
-    mons = Monitors(cluster)
-    try:
-        for node in NODES:
-            mons.start(node)
-        yield mons
-    finally:
-        mons.stop_all()
+def monitors(cluster: Cluster) -> Monitors:
+    return Monitors(cluster)
 
 
 def workload(cluster: Cluster, release: Path, util: int = 60, mem: int = 4000) -> str:
@@ -423,8 +346,7 @@ def test_summary_survives_slurmdbd_down_at_job_end_and_a_monitord_restart(
             30,
         )
         assert "slurmdbd is not reachable" in pending[0]["last_error"]
-        monitors.stop("sbx2")  # the outbox is on disk, not in monitord
-        monitors.start("sbx2")
+        monitors.restart("sbx2")  # the outbox is on disk, not in monitord
         assert [i["job"] for i in _outbox(cluster, "sbx2")].count(str(job)) == 1
     finally:
         _restart_slurmdbd(cluster, dbd)

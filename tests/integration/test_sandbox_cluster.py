@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,15 @@ def test_second_up_refuses(cluster: Cluster) -> None:
 def test_env_lines(cluster: Cluster) -> None:
     lines = cluster.sandbox.env_lines()
     assert f"export SLURM_CONF={cluster.state.slurm_conf}" in lines
+
+
+def test_each_node_runs_its_monitord(cluster: Cluster) -> None:
+    """The sandbox starts monitord on every node, as the installed unit would, each in
+    its node's view: it reports that node's three simulated GPUs under its name (the
+    accounting tests read each job's samples from its own node's monitord)."""
+    for node in cluster.state.nodes:
+        url = f"{cluster.sandbox.monitord_url(node)}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        lines = [ln for ln in text.splitlines() if ln.startswith("slurmpool_gpu_mig_enabled{")]
+        assert len(lines) == 3 and all(f'node="{node}"' in ln for ln in lines), lines
+        assert sorted(ln.rsplit(" ", 1)[1] for ln in lines) == ["0.0", "1.0", "1.0"]

@@ -42,7 +42,7 @@ work=$(runuser -u "$user" -- mktemp -d)
 cat >"$work/job.sh" <<EOF
 #!/bin/bash
 echo "job \$SLURM_JOB_ID on \$SLURMD_NODENAME: CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES:-unset} profile=\${SLURMPOOL_PROFILE:-whole GPU}"
-exec $venv/bin/python -m slurmpool.sim.workload --state "$dir/node/sim" --util 60 --mem-mib 4000 --seconds 6
+exec $venv/bin/python -m slurmpool.sim.workload --util 60 --mem-mib 4000 --seconds 6
 EOF
 chmod 755 "$work/job.sh"
 say "sbatch --gres=gpu:1 (a whole passthrough GPU) and --gres=vgpu:2 (a 2g MIG instance carved for the job)"

@@ -11,6 +11,7 @@ from slurmpool import records
 from slurmpool.catalogue import Catalogue
 from slurmpool.configgen.nodeconfig import PoolingPolicy, parse_node_config
 from slurmpool.gpu.backend import GpuInfo
+from slurmpool.gpu.select import sim_state_dir
 from slurmpool.placement import GpuOccupancy, PlacedInstance, Placement
 from slurmpool.pooling import passthrough
 from slurmpool.pooling.exports import exports
@@ -232,6 +233,15 @@ def test_exports_per_mode() -> None:
     no_mps = records.replace(share, details={"total_shares": 4, "mps": False, "memory_mib": 1})
     assert not any("MPS" in line for line in exports([no_mps]))
     assert exports([]) == []
+
+
+def test_a_simulated_node_tells_its_jobs_where_its_gpus_are() -> None:
+    mig = _alloc(mode="mig", profile="1g.10gb", mig_uuid="MIG-y", shares=None)
+    lines = exports([mig], sim_state_dir("sim:/srv/node/sim"))
+    assert lines[-1] == "export SLURMPOOL_SIM_STATE=/srv/node/sim"
+    assert exports([], "/srv/node/sim") == []  # a job without GPUs gets nothing
+    assert sim_state_dir("nvml") is None and sim_state_dir(None) is None
+    assert sim_state_dir("sim:") is None
 
 
 @pytest.mark.parametrize(

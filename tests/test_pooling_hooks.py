@@ -59,6 +59,7 @@ def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) ->
     assert got["CUDA_VISIBLE_DEVICES"] == uuid
     assert got["SLURMPOOL_PROFILE"] == "2g.20gb"
     assert got["SLURMPOOL_GPU_UUID"].startswith("GPU-")
+    assert got["SLURMPOOL_SIM_STATE"] == str(pool.sim_dir)  # a simulated node says where
     for _ in range(2):  # the epilog twice: no error, no change the second time
         rc, _, err = pool.hook("epilog", env)
         assert rc == 0, err

@@ -30,6 +30,14 @@ class BackendSpecError(GpuBackendError):
     """The backend spec is not one slurmpool knows."""
 
 
+def sim_state_dir(spec: str | None) -> str | None:
+    """The simulator's state directory of a ``sim:<state dir>`` spec, else None."""
+    spec = (spec or DEFAULT_SPEC).strip()
+    if spec.startswith(SIM_PREFIX) and spec[len(SIM_PREFIX) :]:
+        return spec[len(SIM_PREFIX) :]
+    return None
+
+
 def open_backend(
     spec: str | None = None,
     *,
@@ -59,8 +67,8 @@ def open_backend(
             catalogue=catalogue,
         )
     if spec.startswith(SIM_PREFIX):
-        state_dir = spec[len(SIM_PREFIX) :]
-        if not state_dir:
+        state_dir = sim_state_dir(spec)
+        if state_dir is None:
             raise BackendSpecError("backend 'sim:' needs a state directory: 'sim:<state dir>'")
         from slurmpool.sim.nvml import SimNvml
 

@@ -12,10 +12,12 @@ if TYPE_CHECKING:
     from slurmpool.state.store import Allocation
 
 
-def exports(allocations: Sequence[Allocation]) -> list[str]:
+def exports(allocations: Sequence[Allocation], sim_state: str | None = None) -> list[str]:
     """``export NAME=value`` lines: CUDA_VISIBLE_DEVICES (MIG devices first, then whole
-    GPUs, then shared GPUs, as UUIDs), the profile(s) and parent GPU UUID(s), and MPS
-    limits for a share on an MPS-enabled GPU."""
+    GPUs, then shared GPUs, as UUIDs), the profile(s) and parent GPU UUID(s), MPS
+    limits for a share on an MPS-enabled GPU, and on a simulated node
+    (``sim_state``) SLURMPOOL_SIM_STATE, so that the simulator's workload finds the
+    job's GPUs as a CUDA program finds real ones, with no flags."""
     order = {"mig": 0, "passthrough": 1, "shared": 2}
     allocs = sorted(allocations, key=lambda a: (order.get(a.mode, 9), a.id))
     if not allocs:
@@ -35,4 +37,6 @@ def exports(allocations: Sequence[Allocation]) -> list[str]:
         env["SLURMPOOL_SHARES"] = f"{shared[0].shares}/{total}"
         if len(shared) == 1 and shared[0].details.get("mps") and shared[0].shares:
             env.update(mps_env(shared[0].shares, total, int(shared[0].details["memory_mib"])))
+    if sim_state is not None:
+        env["SLURMPOOL_SIM_STATE"] = sim_state
     return [export_line(k, v) for k, v in env.items()]

@@ -180,8 +180,10 @@ def _admin_comment(slurm: SlurmJobs, job: Job) -> str | None:
 
 
 def _write_exports(node: Node, job: Job) -> None:
+    from slurmpool.gpu.select import sim_state_dir
+
     allocs = node.store().for_job(job.job_id)
-    lines = exports(allocs)
+    lines = exports(allocs, sim_state_dir(node.config.gpu_backend))
     jobfile.write(node.run_dir, job.job_id, job.uid, lines)
     node.log.event("exports", job=job.job_id, exports=";".join(lines))
 

@@ -83,13 +83,12 @@ def monitors(cluster: Cluster) -> Monitors:
     return Monitors(cluster)
 
 
-def workload(cluster: Cluster, release: Path, util: int = 60, mem: int = 4000) -> str:
-    """The simulator's workload, held until the test creates ``release``."""
-    state = cluster.sandbox.layout.node_root / "sim"
+def workload(release: Path, util: int = 60, mem: int = 4000) -> str:
+    """The simulator's workload, held until the test creates ``release`` (it finds the
+    node's simulated GPUs through what the task prolog exports)."""
     return (
-        f"{needs.python_for_jobs_shell()} -m slurmpool.sim.workload --state {state} "
-        f"--util {util} --mem-mib {mem} "
-        f"--until-file {release}"
+        f"{needs.python_for_jobs_shell()} -m slurmpool.sim.workload "
+        f"--util {util} --mem-mib {mem} --until-file {release}"
     )
 
 
@@ -102,7 +101,7 @@ def submit(cluster: Cluster, user: str, gres: str, node: str, release: Path, **k
         "-o",
         str(out),
         "--wrap",
-        workload(cluster, release, **kw),
+        workload(release, **kw),
         user=user,
     )
 

@@ -10,7 +10,6 @@ cannot read.
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import sys
 from collections.abc import Iterator
@@ -59,28 +58,16 @@ def by_uuid(cluster: Cluster, node: str) -> dict[str, dict[str, Any]]:
 
 def workload(seconds: float = 0, until: Path | None = None) -> str:
     """The simulator's workload: ``seconds`` long (0: until cancelled), or held until the
-    test creates ``until``."""
-    state = cluster_sim_dir()
+    test creates ``until``.  No --state: the task prolog exports where the node's
+    simulated GPUs are, as a job on a real node needs no flag to find its GPUs."""
     length = f"--until-file {until}" if until is not None else f"--seconds {seconds}"
     py = needs.python_for_jobs_shell()
-    return f"{py} -m slurmpool.sim.workload {length} --mem-mib 100 --state {state}"
+    return f"{py} -m slurmpool.sim.workload {length} --mem-mib 100"
 
 
 def held(until: Path) -> str:
     """Shell that waits until the test creates ``until`` (a job held on a file)."""
     return f"until [ -e {until} ]; do sleep 0.1; done"
-
-
-def cluster_sim_dir() -> str:
-    # The policy's ${root}/sim: inside each slurmd's namespace it is that host's simulator.
-    return os.environ["SLURMPOOL_IT_SIM_DIR"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _sim_dir(cluster: Cluster) -> Iterator[None]:
-    os.environ["SLURMPOOL_IT_SIM_DIR"] = str(cluster.sandbox.layout.node_root / "sim")
-    yield
-    os.environ.pop("SLURMPOOL_IT_SIM_DIR", None)
 
 
 def job_info(cluster: Cluster, job: int) -> Any:

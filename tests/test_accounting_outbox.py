@@ -148,3 +148,19 @@ def test_flush_command(tmp_path: Path, down: bool) -> None:
     else:
         assert res.exit_code == 0, res.output
         assert "stored   job 42" in res.output and "0 still in the outbox" in res.output
+
+
+@pytest.mark.parametrize("command", ["status", "flush"])
+def test_a_path_without_an_outbox_is_refused_not_created(tmp_path: Path, command: str) -> None:
+    conf = tmp_path / "node-config.json"
+    conf.write_text((Path(__file__).parent / "golden/sandbox/node-config.json").read_text())
+    db = tmp_path / "wrong" / "sbx1.sqlite"
+    db.parent.mkdir()
+    args = ["accounting", command, "--node", "sbx1", "--state-db", str(db)]
+    # The node config from the environment, as `slurmpool sandbox exec` sets it.
+    res = CliRunner().invoke(main, args, env={"SLURMPOOL_NODE_CONFIG": str(conf)})
+    assert res.exit_code == 2, res.output
+    assert f"no node state store at {db} (node sbx1, from {conf})" in res.output
+    assert "slurmpool sandbox exec NODE" in res.output
+    assert not db.exists()  # nothing created, no "outbox empty" claimed
+    assert "outbox empty" not in res.output

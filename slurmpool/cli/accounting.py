@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
-from slurmpool.cli.nodeopts import node_context, node_options, slurm_runner
+from slurmpool.cli.nodeopts import existing_store, node_context, node_options, slurm_runner
 
 
 @click.group()
@@ -39,7 +39,7 @@ def flush(node_config: Path, node: str | None, state_db: Path | None, as_json: b
     from slurmpool.state.store import NodeStore
 
     ctx = node_context(node_config, node, state_db)
-    with NodeStore(ctx.store_path) as store:
+    with NodeStore(existing_store(ctx)) as store:
         results = push_pending(store, slurm_runner(), due_only=False)
         left = outbox.count(store)
     if as_json:
@@ -77,7 +77,7 @@ def status(node_config: Path, node: str | None, state_db: Path | None, as_json: 
     from slurmpool.state.store import NodeStore
 
     ctx = node_context(node_config, node, state_db)
-    with NodeStore(ctx.store_path) as store:
+    with NodeStore(existing_store(ctx)) as store:
         items = outbox.pending(store)
     now = time.time()
     if as_json:

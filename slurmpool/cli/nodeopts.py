@@ -1,7 +1,8 @@
 """Options and lookups shared by the node-side commands (monitord, accounting, jobstats).
 
 The only place these commands read the environment: ``$SLURMD_NODENAME``,
-``$SLURM_CONF`` and ``$PATH`` become explicit values passed below.
+``$SLURM_CONF``, ``$PATH`` and ``$SLURMPOOL_NODE_CONFIG`` become explicit values
+passed below.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from typing import Any, TypeVar
 import click
 
 from slurmpool.cli.common import usage_error
-from slurmpool.configgen.nodeconfig import NodeConfig, NodeConfigError, load_node_config
+from slurmpool.configgen.nodeconfig import (
+    NODE_CONFIG_ENV,
+    NodeConfig,
+    NodeConfigError,
+    load_node_config,
+)
 from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
 from slurmpool.state.store import StateStoreError, store_path
 
@@ -41,8 +47,9 @@ def node_options(fn: F) -> F:
         "--node-config",
         type=click.Path(dir_okay=False, path_type=Path),
         default=DEFAULT_NODE_CONFIG,
+        envvar=NODE_CONFIG_ENV,
         show_default=True,
-        help="The node config written by `slurmpool install`.",
+        help=f"The node config written by `slurmpool install` [${NODE_CONFIG_ENV}].",
     )(fn)
     return fn
 
@@ -81,6 +88,18 @@ def node_context(node_config: Path, node: str | None, state_db: Path | None) -> 
     except StateStoreError as e:
         usage_error(f"{e} (pass --node NAME)")
     return NodeContext(config, node_config, name, path, raw)
+
+
+def existing_store(ctx: NodeContext) -> Path:
+    """The node's state store, refused when it does not exist: reading a wrong path
+    must not create an empty store and report that nothing is waiting."""
+    if not ctx.store_path.is_file():
+        usage_error(
+            f"no node state store at {ctx.store_path} (node {ctx.node}, from "
+            f"{ctx.config_path}): pass the right --node, --node-config or --state-db; on a "
+            "sandbox node run it as `slurmpool sandbox exec NODE -- slurmpool ...`"
+        )
+    return ctx.store_path
 
 
 def slurm_runner(timeout: float = 30.0) -> Runner:

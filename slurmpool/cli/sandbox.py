@@ -1,4 +1,4 @@
-"""``slurmpool sandbox up|down|status|env``: a real Slurm cluster on this machine."""
+"""``slurmpool sandbox up|down|status|env|exec``: a real Slurm cluster on this machine."""
 
 from __future__ import annotations
 
@@ -149,3 +149,36 @@ def env(directory: Path) -> None:
             click.echo(line)
     except SandboxError as e:
         _fail(str(e))
+
+
+@sandbox.command(
+    "exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@dir_option
+@click.argument("node")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(directory: Path, node: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND on NODE as that node sees the world: in its mount namespace (its
+    simulated GPUs, state and run directories), with the sandbox's SLURM_CONF,
+    SLURMD_NODENAME=NODE and its node config, so node-side commands need no flags.
+    Exits with COMMAND's status.
+
+    Example: ``slurmpool sandbox exec sbx1 -- slurmpool accounting status``
+    """
+    import subprocess
+
+    if command[:1] == ("--",):  # click keeps the separator in an unprocessed argument
+        command = command[1:]
+    if not command:
+        _fail("no command to run: slurmpool sandbox exec NODE -- COMMAND [ARG...]")
+    sb = _sandbox(directory)
+    try:
+        argv = sb.on_node(node, command)
+        env = sb.node_env(node)
+    except SandboxError as e:
+        _fail(str(e))
+        return
+    # This slurmpool's own bin directory first: `slurmpool ...` is this one.
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "/usr/bin:/bin")])
+    raise SystemExit(subprocess.run(argv, env=env, check=False).returncode)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 import click
 
 from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
-
-DEFAULT_NODE_CONFIG = "/etc/slurm/node-config.json"
+from slurmpool.cli.nodeopts import DEFAULT_NODE_CONFIG
+from slurmpool.cli.nodeopts import node_name as default_node_name
+from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV
 
 
 @click.command()
@@ -18,8 +16,9 @@ DEFAULT_NODE_CONFIG = "/etc/slurm/node-config.json"
     "--node-config",
     "node_config",
     default=DEFAULT_NODE_CONFIG,
+    envvar=NODE_CONFIG_ENV,
     show_default=True,
-    help="The compiled node config install wrote.",
+    help=f"The compiled node config install wrote [${NODE_CONFIG_ENV}].",
 )
 @click.option("--node", "node_name", help="Node name (default: $SLURMD_NODENAME or the host name).")
 def status(as_json: bool, node_config: str, node_name: str | None) -> None:
@@ -34,7 +33,7 @@ def status(as_json: bool, node_config: str, node_name: str | None) -> None:
     from slurmpool.pooling.status import node_status, render_text
     from slurmpool.state.store import StateStoreError
 
-    name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = default_node_name(node_name)
     try:
         config = load_node_config(node_config)
     except NodeConfigError as e:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 NODE_CONFIG_SCHEMA = 1
 NODE_CONFIG_NAME = "node-config.json"
+# The node config to use when no --node-config is given (`slurmpool sandbox exec` sets it).
+NODE_CONFIG_ENV = "SLURMPOOL_NODE_CONFIG"
 
 
 class NodeConfigError(ValueError):

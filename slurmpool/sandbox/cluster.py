@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV
 from slurmpool.install import (
     STATE_DIR_MODE,
     apply,
@@ -370,6 +371,18 @@ class Sandbox:
         if st is None or node not in st.nodes:
             raise SandboxError(f"no node {node!r} in the sandbox at {self.layout.root}")
         return self.on_node_argv(node, argv)
+
+    def node_env(self, node: str) -> dict[str, str]:
+        """The environment of a command run on ``node`` (see :meth:`on_node`): the
+        sandbox's SLURM_CONF, SLURMD_NODENAME and node config (SLURMPOOL_NODE_CONFIG)."""
+        st = self.state()
+        if st is None or node not in st.nodes:
+            raise SandboxError(f"no node {node!r} in the sandbox at {self.layout.root}")
+        env = self.runner.child_env()
+        env["SLURM_CONF"] = st.slurm_conf
+        env["SLURMD_NODENAME"] = node
+        env[NODE_CONFIG_ENV] = str(Path(st.slurm_conf).parent / "node-config.json")
+        return env
 
     def on_node_argv(self, node: str, argv: Sequence[str]) -> list[str]:
         return namespace_argv(self.runner, self.layout.host_binds(node), argv)

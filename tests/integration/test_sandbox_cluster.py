@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -148,3 +149,32 @@ def test_each_node_runs_its_monitord(cluster: Cluster) -> None:
         lines = [ln for ln in text.splitlines() if ln.startswith("slurmpool_gpu_mig_enabled{")]
         assert len(lines) == 3 and all(f'node="{node}"' in ln for ln in lines), lines
         assert sorted(ln.rsplit(" ", 1)[1] for ln in lines) == ["0.0", "1.0", "1.0"]
+
+
+def _exec(cluster: Cluster, node: str, *command: str) -> subprocess.CompletedProcess[str]:
+    directory = str(cluster.sandbox.layout.root)
+    argv = [sys.executable, "-m", "slurmpool", "sandbox", "exec", "--dir", directory, node]
+    return subprocess.run(
+        [*argv, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=cluster.slurm.child_env(),
+    )
+
+
+def test_sandbox_exec_runs_node_side_commands_in_the_nodes_view(cluster: Cluster) -> None:
+    for node in cluster.state.nodes:
+        res = _exec(cluster, node, "slurmpool", "status", "--json")
+        assert res.returncode == 0, res.stderr
+        status = json.loads(res.stdout)
+        assert status["node"] == node and len(status["gpus"]) == 3
+        res = _exec(cluster, node, "slurmpool", "accounting", "status", "--json")
+        assert res.returncode == 0, res.stderr
+        assert isinstance(json.loads(res.stdout), list)
+    # The command sees its node name and its exit status is the exec's.
+    res = _exec(cluster, "sbx2", "sh", "-c", 'echo "$SLURMD_NODENAME"; exit 3')
+    assert (res.returncode, res.stdout) == (3, "sbx2\n")
+    res = _exec(cluster, "sbx9", "true")
+    assert res.returncode == 1 and "no node 'sbx9'" in res.stderr

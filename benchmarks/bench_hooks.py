@@ -103,6 +103,26 @@ def _wrappers(root: Path, python: str) -> dict[str, Path]:
     return out
 
 
+# Called as: scontrol show job --json ID.  The allocation as 24.11 prints it (recorded
+# in tests/data/slurm-24.11/hostile/), job_resources cut down to the node's name.
+_JSON_ALLOCATION = {
+    "jobs": [
+        {
+            "job_id": "JOB_ID",
+            "nodes": "bench1",
+            "tres_per_node": "gres/vgpu:1",
+            "tres_alloc_str": "cpu=1,mem=100M,node=1,billing=1,gres/vgpu=1",
+            "gres_detail": ["vgpu(CNT:1)"],
+            "job_resources": {"nodes": {"allocation": [{"index": 0, "name": "bench1"}]}},
+        }
+    ],
+    "errors": [],
+}
+FAKE_SCONTROL_JSON = (
+    "#!/bin/sh\ncat <<EOF\n" + json.dumps(_JSON_ALLOCATION).replace('"JOB_ID"', "$4") + "\nEOF\n"
+)
+
+
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     t0 = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
@@ -152,6 +172,10 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
         'gres/vgpu=1|\\n\' "$3"\n'
     )
     squeue.chmod(0o755)
+    # The node config declares 23.02: the prolog's one read is `scontrol show job --json`.
+    scontrol = fake_bin / "scontrol"
+    scontrol.write_text(FAKE_SCONTROL_JSON)
+    scontrol.chmod(0o755)
 
     base_env = {"PATH": f"{fake_bin}:/usr/bin:/bin"}
     if args.direct is not None:

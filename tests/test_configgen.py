@@ -78,7 +78,7 @@ def test_slurm_fragment() -> None:
     ]:
         assert f"{key}=/r/hooks/{name}" in lines
     assert (
-        "NodeName=sbx[1-2] CPUs=8 RealMemory=4000 Gres=gpu:a100:1,vgpu:14 NodeAddr=127.0.0.1 "
+        "NodeName=sbx[1-2] CPUs=16 RealMemory=4000 Gres=gpu:a100:1,vgpu:14 NodeAddr=127.0.0.1 "
         "Port=[17001-17002] State=UNKNOWN"
     ) in lines
     assert "PartitionName=pool Nodes=sbx[1-2] Default=YES MaxTime=INFINITE State=UP" in lines

@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import pwd
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import needs
-import pytest
 
 from slurmpool.slurm import parse_jobs, parse_nodes
 
@@ -158,17 +156,6 @@ def test_vgpu2_gets_a_2g_instance_that_lives_as_long_as_the_job(cluster: Cluster
     assert "DRAIN" not in node_info(cluster, node).flags
 
 
-@pytest.fixture
-def oversubscribed(cluster: Cluster) -> Iterator[None]:
-    # Sandbox nodes have 8 CPUs; 15 one-CPU jobs need CPU sharing so that the only
-    # resource the 15th can wait for is vgpu.  GRES are never oversubscribed.
-    cluster.slurm.run("scontrol", "update", "PartitionName=pool", "OverSubscribe=FORCE:16")
-    try:
-        yield
-    finally:
-        cluster.slurm.run("scontrol", "update", "PartitionName=pool", "OverSubscribe=NO")
-
-
 def _fill_with_1g(
     cluster: Cluster, node: str, n: int, tag: str
 ) -> tuple[list[int], dict[int, Path]]:
@@ -189,13 +176,11 @@ def _fill_with_1g(
     return jobs, outs
 
 
-def test_fourteen_1g_jobs_run_at_once_and_a_fifteenth_waits(
-    cluster: Cluster, oversubscribed: None
-) -> None:
+def test_fourteen_1g_jobs_run_at_once_and_a_fifteenth_waits(cluster: Cluster) -> None:
     # The node has two MIG A100s: Slurm counts vgpu:14.  "Seven on one A100, an eighth
     # waits" is shown per GPU: fourteen vgpu:1 jobs all run at once, seven distinct 1g
-    # instances on each GPU, and a fifteenth stays PENDING while CPUs are shared, so the
-    # only thing it waits for is a slice.
+    # instances on each GPU, and a fifteenth stays PENDING: the node has a CPU for every
+    # vgpu unit (16), so the only thing it waits for is a slice.
     node = "sbx2"
     wait_empty(cluster, node)
     jobs, outs = _fill_with_1g(cluster, node, 14, "fill")
@@ -236,7 +221,7 @@ def test_fourteen_1g_jobs_run_at_once_and_a_fifteenth_waits(
 
 
 def test_fragmented_node_requeues_a_4g_then_runs_it_once_there_is_room(
-    cluster: Cluster, oversubscribed: None
+    cluster: Cluster,
 ) -> None:
     node = "sbx2"
     wait_empty(cluster, node)

@@ -20,6 +20,7 @@ from slurmpool.sandbox.cluster import (
     slurmdbd_conf,
     wait_for,
 )
+from slurmpool.sandbox.hosts import loopback_hosts, machine_names
 from slurmpool.sandbox.layout import load_state
 from slurmpool.sandbox.requirements import REQUIRED_PROGRAMS, missing_programs
 from slurmpool.slurm import Runner
@@ -184,3 +185,60 @@ def test_monitord_runs_as_the_installed_unit_on_its_own_port() -> None:
     )
     assert src[:3] == ["/usr/bin/env", "PYTHONPATH=/src:/sbx/pylib", "/usr/bin/python3"]
     assert "-I" not in src
+
+
+def test_daemons_see_the_machine_names_on_loopback() -> None:
+    debian = (
+        "127.0.0.1\tlocalhost\n"
+        "127.0.1.1\tvm.example.org vm\n"
+        "# The following lines are desirable for IPv6 capable hosts\n"
+        "::1     localhost ip6-localhost ip6-loopback\n"
+        "10.1.2.3 login1 VM  # the LAN name\n"
+    )
+    text = loopback_hosts(debian, ["vm.example.org", "vm"])
+    lines = text.splitlines()
+    assert lines[0] == "127.0.0.1 localhost vm.example.org vm"
+    # The names leave every other line (case-insensitively); other entries and comments stay.
+    assert "127.0.1.1" not in text
+    assert "::1 ip6-localhost ip6-loopback" in lines
+    assert "10.1.2.3 login1  # the LAN name" in lines
+    assert "# The following lines are desirable for IPv6 capable hosts" in lines
+    assert loopback_hosts("", ["vm"]) == "127.0.0.1 localhost vm\n"
+
+
+def test_every_slurm_daemon_gets_the_loopback_hosts_file(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    hosts = (layout.etc_hosts, Path("/etc/hosts"))
+    assert layout.daemon_binds == [hosts]
+    assert hosts in layout.host_binds("sbx1")
+    assert (tmp_path / "hosts" / "sbx1" / "state", layout.node_root / "state") in (
+        layout.host_binds("sbx1")
+    )
+
+
+def test_machine_names_include_the_short_name() -> None:
+    names = machine_names()
+    assert names[0] == os.uname().nodename
+    assert names[-1] == os.uname().nodename.split(".")[0]
+
+
+def test_a_start_failure_shows_the_daemons_own_log(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path / "sbx", Runner())
+    env = {"PATH": "/usr/bin:/bin"}
+    dead = procs.spawn(
+        "slurmd-sbx1",
+        ["/bin/sh", "-c", "echo 'fatal: no such port' >&2; exit 1"],
+        tmp_path / "dead.log",
+        env,
+    )
+    wait_for("exit", lambda: not procs.is_running(dead), 10)
+    message = str(sandbox._fail("slurmd -N sbx1", dead))
+    assert message.startswith(f"slurmd -N sbx1 failed to start (pid {dead.pid}")
+    assert "fatal: no such port" in message
+    alive = procs.spawn("slurmdbd", ["sleep", "60"], tmp_path / "alive.log", env)
+    try:
+        message = str(sandbox._fail("slurmdbd", alive, probe="sacctmgr: connection refused"))
+    finally:
+        procs.stop([alive], grace_s=5)
+    assert message.startswith(f"slurmdbd started (pid {alive.pid}) but did not become ready")
+    assert "sacctmgr: connection refused" in message

@@ -38,6 +38,7 @@ from slurmpool.install import (
 )
 from slurmpool.policy import Policy
 from slurmpool.sandbox import procs
+from slurmpool.sandbox.hosts import loopback_hosts, machine_names
 from slurmpool.sandbox.layout import (
     DEFAULT_SANDBOX_DIR,
     PER_HOST_DIRS,
@@ -519,6 +520,12 @@ class Sandbox:
             d.mkdir(parents=True, exist_ok=True)
         L.site_dir.mkdir()
         os.chmod(L.site_dir, 0o755)
+        try:
+            machine_hosts = Path("/etc/hosts").read_text(errors="replace")
+        except OSError:
+            machine_hosts = ""
+        L.etc_hosts.write_text(loopback_hosts(machine_hosts, machine_names()))
+        os.chmod(L.etc_hosts, 0o644)
         etc.mkdir(parents=True, exist_ok=True)
         for sub in PER_HOST_DIRS:
             (L.node_root / sub).mkdir(parents=True, exist_ok=True)
@@ -535,9 +542,17 @@ class Sandbox:
         state.save(self.layout)
         return d
 
-    def _fail(self, what: str, d: procs.Daemon, log: Path | None = None) -> SandboxError:
+    def _fail(
+        self, what: str, d: procs.Daemon, log: Path | None = None, probe: str | None = None
+    ) -> SandboxError:
         logs = [Path(d.log)] + ([log] if log is not None else [])
-        parts = [f"{what} failed to start (pid {d.pid}, argv {' '.join(d.argv)})"]
+        if procs.is_running(d):
+            # Alive but not answering: say so, with what its client last heard.
+            parts = [f"{what} started (pid {d.pid}) but did not become ready"]
+            if probe:
+                parts.append(probe)
+        else:
+            parts = [f"{what} failed to start (pid {d.pid}, argv {' '.join(d.argv)})"]
         for p in logs:
             parts.append(f"--- last lines of {p} ---\n{procs.tail(p)}")
         return SandboxError("\n".join(parts))
@@ -680,23 +695,35 @@ class Sandbox:
         self._install(policy, state, options)
 
         say("starting slurmdbd")
-        slurmdbd = self._spawn(state, "slurmdbd", [r.which("slurmdbd"), "-D"], env)
+        daemon_ns = L.daemon_binds
+        slurmdbd = self._spawn(
+            state, "slurmdbd", namespace_argv(r, daemon_ns, [r.which("slurmdbd"), "-D"]), env
+        )
         sr = r.with_conf(state.slurm_conf)
+        last_answer = [""]
 
         def dbd_ready() -> bool:
             res = sr.run("sacctmgr", "-n", "-P", "list", "cluster", check=False, timeout=10)
+            last_answer[0] = (res.stderr or res.stdout).strip()
             return res.ok
 
         try:
             wait_for("slurmdbd", dbd_ready, 40, lambda: procs.is_running(slurmdbd))
         except SandboxError:
-            raise self._fail("slurmdbd", slurmdbd, L.log("slurmdbd")) from None
+            raise self._fail(
+                "slurmdbd", slurmdbd, L.log("slurmdbd"), probe=f"sacctmgr: {last_answer[0]}"
+            ) from None
         sr.run("sacctmgr", "-i", "add", "cluster", state.cluster, timeout=20)
         sr.run("sacctmgr", "-i", "add", "account", ACCOUNT, f"Cluster={state.cluster}", timeout=20)
         sr.run("sacctmgr", "-i", "add", "user", "root", f"Account={ACCOUNT}", timeout=20)
 
         say("starting slurmctld")
-        ctld = self._spawn(state, "slurmctld", [r.which("slurmctld"), "-D", "-i"], env)
+        ctld = self._spawn(
+            state,
+            "slurmctld",
+            namespace_argv(r, daemon_ns, [r.which("slurmctld"), "-D", "-i"]),
+            env,
+        )
 
         def ctld_ready() -> bool:
             return sr.run("scontrol", "ping", check=False, timeout=10).stdout.count("UP") > 0
@@ -713,9 +740,6 @@ class Sandbox:
             slurmds[name] = self._spawn(state, f"slurmd-{name}", argv, env)
 
         def nodes_idle() -> bool:
-            for name, d in slurmds.items():
-                if not procs.is_running(d):
-                    raise self._fail(f"slurmd -N {name}", d, L.log(f"slurmd-{name}"))
             try:
                 nodes = parse_nodes(sr.run("scontrol", "show", "node", timeout=10).stdout)
             except SlurmCommandError:
@@ -726,14 +750,22 @@ class Sandbox:
                 for n in state.nodes
             )
 
-        remaining = max(10.0, options.timeout_s - 0)
+        def all_slurmds() -> bool:
+            return all(procs.is_running(d) for d in slurmds.values())
+
         try:
-            wait_for("nodes idle", nodes_idle, remaining)
+            wait_for("nodes idle", nodes_idle, max(10.0, options.timeout_s), all_slurmds)
         except SandboxError:
+            for name, d in slurmds.items():
+                if not procs.is_running(d):  # the dead one's own words, not a symptom
+                    raise self._fail(f"slurmd -N {name}", d, L.log(f"slurmd-{name}")) from None
             detail = sr.run("sinfo", "-N", "-o", "%N %T %E", check=False, timeout=10).stdout
+            logs = ["slurmctld", *(f"slurmd-{n}" for n in state.nodes)]
             raise SandboxError(
-                f"nodes did not become idle:\n{detail}\n--- slurmctld log ---\n"
-                f"{procs.tail(L.log('slurmctld'))}"
+                f"nodes did not become idle:\n{detail}"
+                + "".join(
+                    f"\n--- last lines of {L.log(x)} ---\n{procs.tail(L.log(x))}" for x in logs
+                )
             ) from None
 
         say("starting monitord on " + ", ".join(state.nodes))

@@ -9,6 +9,7 @@
         sim/ dev/ proc/ state/  mount points: each slurmd sees its own host's copy
     <dir>/hosts/<node>/{sim,dev,proc,state}   the per-host directories
     <dir>/site/               the site's own prolog (what slurmpool must coexist with)
+    <dir>/etc-hosts           /etc/hosts as the Slurm daemons see it (names on loopback)
     <dir>/munge/ mariadb/ ctld/ spool/ run/ log/ systemd/
 """
 
@@ -40,8 +41,19 @@ class Layout:
         return self.root / "hosts" / node
 
     def host_binds(self, node: str) -> list[tuple[Path, Path]]:
-        """(source, target) bind mounts that make ``node``'s own files appear under node_root."""
-        return [(self.host_dir(node) / d, self.node_root / d) for d in PER_HOST_DIRS]
+        """(source, target) bind mounts that make ``node``'s own files appear under
+        node_root, and the machine's names resolve to loopback (:attr:`daemon_binds`)."""
+        own = [(self.host_dir(node) / d, self.node_root / d) for d in PER_HOST_DIRS]
+        return own + self.daemon_binds
+
+    @property
+    def etc_hosts(self) -> Path:
+        """The /etc/hosts every Slurm daemon of the sandbox sees (see :mod:`.hosts`)."""
+        return self.root / "etc-hosts"
+
+    @property
+    def daemon_binds(self) -> list[tuple[Path, Path]]:
+        return [(self.etc_hosts, Path("/etc/hosts"))]
 
     @property
     def site_dir(self) -> Path:

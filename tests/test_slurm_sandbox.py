@@ -23,6 +23,7 @@ from slurmpool.sandbox.cluster import (
 from slurmpool.sandbox.hosts import loopback_hosts, machine_names
 from slurmpool.sandbox.layout import load_state
 from slurmpool.sandbox.requirements import REQUIRED_PROGRAMS, missing_programs
+from slurmpool.sandbox.users import login_uid_range, login_users
 from slurmpool.slurm import Runner
 from slurmpool.slurm.conf import settings
 
@@ -242,3 +243,20 @@ def test_a_start_failure_shows_the_daemons_own_log(tmp_path: Path) -> None:
         procs.stop([alive], grace_s=5)
     assert message.startswith(f"slurmdbd started (pid {alive.pid}) but did not become ready")
     assert "sacctmgr: connection refused" in message
+
+
+def test_login_users_are_root_and_the_people_range() -> None:
+    defs = "# comment\nUID_MIN\t\t\t 2000\nUID_MAX  3000 # people\nSYS_UID_MAX 999\n"
+    assert login_uid_range(defs) == (2000, 3000)
+    assert login_uid_range("UID_MIN lots\n") == (1000, 60000)
+    entries = [("root", 0), ("daemon", 1), ("zoe", 2500), ("al", 2000), ("nobody", 65534)]
+    entries += [("al", 2000), ("big", 3001)]
+    assert login_users(entries, (2000, 3000)) == ["root", "al", "zoe"]
+
+
+def test_add_user_refuses_a_user_that_does_not_exist(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        main, ["sandbox", "add-user", "--dir", str(tmp_path), "root", "sp-no-such-user"]
+    )
+    assert res.exit_code == 1
+    assert "no such Unix user: sp-no-such-user" in res.output

@@ -151,6 +151,23 @@ def env(directory: Path) -> None:
         _fail(str(e))
 
 
+@sandbox.command("add-user")
+@dir_option
+@click.argument("users", nargs=-1, required=True)
+def add_user(directory: Path, users: tuple[str, ...]) -> None:
+    """Give Unix USERS made after ``up`` an association under the sandbox's default
+    account (``up`` gives one to root and every login user that exists then).
+
+    Example: ``slurmpool sandbox add-user alice bob``
+    """
+    try:
+        _sandbox(directory).add_user(*users)
+    except (SandboxError, SlurmCommandError) as e:
+        _fail(str(e))
+        return
+    click.echo(f"associations in the sandbox's default account: {', '.join(users)}")
+
+
 @sandbox.command(
     "exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )

@@ -47,6 +47,7 @@ from slurmpool.sandbox.layout import (
     load_state,
 )
 from slurmpool.sandbox.requirements import missing_programs
+from slurmpool.sandbox.users import machine_login_users
 from slurmpool.slurm.parse import NodeInfo, parse_nodes
 from slurmpool.slurm.runner import Runner, SlurmCommandError
 
@@ -239,6 +240,16 @@ def namespace_argv(
         "--",
         *argv,
     ]
+
+
+def _is_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 # --- configuration text ---------------------------------------------------
@@ -715,7 +726,7 @@ class Sandbox:
             ) from None
         sr.run("sacctmgr", "-i", "add", "cluster", state.cluster, timeout=20)
         sr.run("sacctmgr", "-i", "add", "account", ACCOUNT, f"Cluster={state.cluster}", timeout=20)
-        sr.run("sacctmgr", "-i", "add", "user", "root", f"Account={ACCOUNT}", timeout=20)
+        self._add_users(sr, machine_login_users())
 
         say("starting slurmctld")
         ctld = self._spawn(
@@ -799,12 +810,33 @@ class Sandbox:
 
     # -- users --
 
-    def add_user(self, user: str) -> None:
-        """Give ``user`` (an existing Unix user) an association in the sandbox's account."""
-        st = self.state()
-        if st is None:
-            raise SandboxError(f"no sandbox in {self.layout.root}")
-        self.slurm().run("sacctmgr", "-i", "add", "user", user, f"Account={ACCOUNT}", timeout=20)
+    def add_user(self, *users: str) -> None:
+        """Give each of ``users`` (existing Unix users) an association in the sandbox's
+        default account; one that has it already is left as it is."""
+        unknown = [u for u in users if not _is_user(u)]
+        if unknown:
+            raise SandboxError(f"no such Unix user: {', '.join(unknown)}")
+        self._add_users(self.slurm(), users)
+
+    @staticmethod
+    def _add_users(slurm: Runner, users: Sequence[str]) -> None:
+        if not users:
+            return
+        # DefaultAccount: a job that names no account is charged to this one.
+        res = slurm.run(
+            "sacctmgr",
+            "-i",
+            "add",
+            "user",
+            ",".join(users),
+            f"Account={ACCOUNT}",
+            f"DefaultAccount={ACCOUNT}",
+            timeout=30,
+            check=False,
+        )
+        said = f"{res.stdout}{res.stderr}".strip()
+        if not res.ok and "Nothing new added" not in said:
+            raise SandboxError(f"sacctmgr add user {','.join(users)}: {said}")
 
     # -- down --
 

@@ -163,9 +163,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         options = SandboxOptions(
             directory=directory, python=sys.executable, timeout_s=90, monitor_interval_s=0.5
         )
+        # The users exist before up: up gives every login user an association.
         state = sandbox.up(options)
-        for user in USERS:
-            sandbox.add_user(user)
         workdir = directory / "work"
         workdir.mkdir()
         os.chmod(workdir, 0o1777)

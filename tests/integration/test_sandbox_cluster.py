@@ -74,9 +74,10 @@ def test_jobs_run_and_complete(cluster: Cluster, gres: str) -> None:
     site_log = (cluster.sandbox.layout.site_dir / "prolog.log").read_text()
     assert f"site-prolog job={job} node={node}" in site_log
     sacct = cluster.slurm.run(
-        "sacct", "-n", "-X", "-P", "-j", str(job), "-o", "State,AllocTRES", timeout=15
+        "sacct", "-n", "-X", "-P", "-j", str(job), "-o", "State,Account,AllocTRES", timeout=15
     ).stdout
-    assert sacct.startswith("COMPLETED|")
+    # sp-alice existed before up: up gave her an association in the default account.
+    assert sacct.startswith("COMPLETED|sandbox|")
     assert f"gres/{gres.split(':')[0]}={gres.split(':')[1]}" in sacct
 
 

@@ -7,6 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
+import needs
 import pytest
 from click.testing import CliRunner
 
@@ -260,3 +261,46 @@ def test_add_user_refuses_a_user_that_does_not_exist(tmp_path: Path) -> None:
     )
     assert res.exit_code == 1
     assert "no such Unix user: sp-no-such-user" in res.output
+
+
+def test_what_a_namespace_leader_leaves_behind_is_found_by_namespace(tmp_path: Path) -> None:
+    needs.root("a private mount namespace")
+    unshare = needs.program("unshare")
+    # Like slurmd and its slurmstepd: the leader starts a process that outlives it.
+    leader = procs.spawn(
+        "slurmd-x",
+        [
+            unshare,
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            "sleep 300 & echo $! > left.pid; exec sleep 300",
+        ],
+        tmp_path / "leader.log",
+        {"PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+    )
+    wait_for(
+        "child",
+        lambda: (
+            (tmp_path / "left.pid").is_file() and (tmp_path / "left.pid").read_text().strip() != ""
+        ),
+        10,
+    )
+    left_pid = int((tmp_path / "left.pid").read_text())
+    fd = procs.hold_mount_namespace(leader)
+    assert fd is not None
+    try:
+        procs.stop([leader], grace_s=5)
+        left = procs.processes_in([fd])
+        assert [d.pid for d in left] == [left_pid]
+        assert left[0].argv == ("sleep", "300")
+        # This process, outside that namespace, is never among them.
+        assert os.getpid() not in [d.pid for d in left]
+        assert procs.stop(left, grace_s=5) == [f"sleep (pid {left_pid}): stopped"]
+        assert procs.processes_in([fd]) == []
+    finally:
+        os.close(fd)
+    assert procs.hold_mount_namespace(leader) is None

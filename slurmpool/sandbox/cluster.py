@@ -840,16 +840,58 @@ class Sandbox:
 
     # -- down --
 
+    def _cancel_jobs(self, st: SandboxState, grace_s: float) -> list[str]:
+        """Cancel every job while slurmctld still runs, and wait (KillWait, epilog) until
+        none is left, so each ends as on a real cluster and its MIG instance is freed."""
+        ctld = next((d for d in st.daemons if d.name == "slurmctld"), None)
+        if ctld is None or not procs.is_running(ctld):
+            return []
+        slurm = self.runner.with_conf(st.slurm_conf)
+
+        def job_ids() -> list[str]:
+            res = slurm.run("squeue", "-h", "-o", "%A", check=False, timeout=10)
+            return res.stdout.split() if res.ok else []
+
+        jobs = job_ids()
+        if not jobs:
+            return []
+        slurm.run("scancel", *jobs, check=False, timeout=20)
+        # KillWait (5 s) before SIGKILL, then the epilog: grace_s on top of that.
+        try:
+            wait_for("jobs cancelled", lambda: not job_ids(), 15 + grace_s)
+        except SandboxError:
+            return [f"cancelled jobs {', '.join(jobs)}; still ending: {', '.join(job_ids())}"]
+        return [f"cancelled jobs {', '.join(jobs)}: ended"]
+
     def down(self, grace_s: float = 10.0, remove: bool = True) -> list[str]:
         st = self.state()
         if st is None:
             if self.layout.root.exists() and remove:
                 return [f"no state file in {self.layout.root}; nothing was stopped"]
             return [f"no sandbox in {self.layout.root}"]
-        report = procs.stop(st.daemons, grace_s=grace_s)
-        if any(procs.is_running(d) for d in st.daemons):
-            still = [f"{d.name} (pid {d.pid})" for d in st.daemons if procs.is_running(d)]
-            raise SandboxError(f"still running after SIGKILL: {', '.join(still)}; directory kept")
+        # Each slurmd's namespace is held open first: the slurmstepds and job processes in
+        # it outlive slurmd (they are not its children) and are found through it afterwards.
+        held: dict[str, int] = {}
+        report: list[str] = []
+        for d in st.daemons:
+            if d.name.startswith("slurmd-"):
+                fd = procs.hold_mount_namespace(d)
+                if fd is None:
+                    report.append(f"{d.name} was not running: its jobs' processes are not known")
+                else:
+                    held[d.name] = fd
+        try:
+            report += self._cancel_jobs(st, grace_s)
+            report += procs.stop(st.daemons, grace_s=grace_s)
+            left = procs.processes_in(list(held.values()))
+            report += [f"left by a node: {line}" for line in procs.stop(left, grace_s=grace_s)]
+            still = [d for d in [*st.daemons, *left] if procs.is_running(d)]
+        finally:
+            for fd in held.values():
+                os.close(fd)
+        if still:
+            names = ", ".join(f"{d.name} (pid {d.pid})" for d in still)
+            raise SandboxError(f"still running after SIGKILL: {names}; directory kept")
         if remove:
             shutil.rmtree(self.layout.root, ignore_errors=True)
             report.append(f"removed {self.layout.root}")

@@ -131,6 +131,47 @@ def stop(daemons: Sequence[Daemon], grace_s: float = 10.0) -> list[str]:
     return report
 
 
+def hold_mount_namespace(d: Daemon) -> int | None:
+    """An open descriptor of ``d``'s mount namespace, or None when ``d`` is not running.
+
+    While the descriptor is open the namespace exists, so its identity (see
+    :func:`processes_in`) cannot pass to a namespace made later.
+    """
+    try:
+        fd = os.open(f"/proc/{d.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not is_running(d):  # the PID was reused between the check and the open
+        os.close(fd)
+        return None
+    return fd
+
+
+def processes_in(namespace_fds: Sequence[int], proc_root: str = "/proc") -> list[Daemon]:
+    """Every live process whose mount namespace is one of ``namespace_fds``: what a
+    sandbox node left behind (slurmstepd, job processes), found by namespace, not name."""
+    wanted = set()
+    for fd in namespace_fds:
+        st = os.fstat(fd)
+        wanted.add((st.st_dev, st.st_ino))
+    found: list[Daemon] = []
+    for entry in os.scandir(proc_root):
+        if not entry.name.isdigit():
+            continue
+        try:
+            st = os.stat(f"{entry.path}/ns/mnt")  # a zombie has none: nothing left to stop
+            if (st.st_dev, st.st_ino) not in wanted:
+                continue
+            with open(f"{entry.path}/cmdline", "rb") as f:
+                argv = tuple(a.decode(errors="replace") for a in f.read().split(b"\0") if a)
+        except OSError:
+            continue
+        pid = int(entry.name)
+        name = argv[0] if argv else f"pid {pid}"
+        found.append(Daemon(name, pid, process_start_time(pid, proc_root), argv, ""))
+    return found
+
+
 def tail(path: str | os.PathLike[str], lines: int = 20) -> str:
     try:
         text = Path(path).read_text(errors="replace")

@@ -65,6 +65,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
             if REASON is not None and not REQUIRE:
                 item.add_marker(pytest.mark.skip(reason=f"Slurm sandbox unavailable: {REASON}"))
+    # A test with a sandbox of its own runs before the shared one is up: one at a time.
+    items.sort(key=lambda item: item.get_closest_marker("own_sandbox") is None)
 
 
 @dataclass
@@ -150,10 +152,37 @@ def _keep_logs(sandbox: Sandbox, nodes: Sequence[str], dest: Path) -> None:
             shutil.copyfile(hooks, dest / f"hooks-{node}.log")
 
 
-@pytest.fixture(scope="session")
-def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+_shared_up = False
+
+
+@pytest.fixture
+def own_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """A sandbox of the test's own (marked ``own_sandbox``), up, and down afterwards
+    unless the test has taken it down itself."""
     if REASON is not None:
         pytest.fail(f"integration tests required but the sandbox cannot run: {REASON}")
+    assert not _shared_up, "an own_sandbox test ran after the shared sandbox came up"
+    directory = Path(tempfile.mkdtemp(prefix="slurmpool-own-", dir="/tmp"))
+    os.rmdir(directory)
+    runner = Runner(env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
+    sandbox = Sandbox(directory, runner)
+    created = _ensure_users()
+    try:
+        sandbox.up(SandboxOptions(directory=directory, python=sys.executable, timeout_s=90))
+        yield sandbox
+    finally:
+        if sandbox.state() is not None:
+            sandbox.down()
+        for user in created:
+            subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    global _shared_up
+    if REASON is not None:
+        pytest.fail(f"integration tests required but the sandbox cannot run: {REASON}")
+    _shared_up = True
     directory = Path(tempfile.mkdtemp(prefix="slurmpool-it-", dir="/tmp"))
     os.rmdir(directory)
     runner = Runner(env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
@@ -180,9 +209,13 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 
 @pytest.fixture(autouse=True)
-def _sandbox_restored(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[None]:
+def _sandbox_restored(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test, whether it passed or failed: no fault file, job, MIG instance or
     drained node of its left for the next one; a test that left any fails, by name."""
+    if request.node.get_closest_marker("own_sandbox") is not None:
+        yield
+        return
+    cluster = request.getfixturevalue("cluster")
     yield
     found = restore(cluster)
     if found:

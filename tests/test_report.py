@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from slurmpool.accounting.codec import encode
 from slurmpool.accounting.summary import index_of, job_document
 from slurmpool.cli import main
-from slurmpool.report.aggregate import Aggregator
+from slurmpool.report.aggregate import Aggregator, gpu_hours
 from slurmpool.report.heatmap import MissingExtra, write_png
 from slurmpool.report.html import render
 from slurmpool.report.render import to_csv, to_json, to_table
@@ -216,3 +216,10 @@ def test_sacct_arguments() -> None:
     assert args[:5] == ["-a", "-X", "-D", "-n", "-P"]
     assert args[args.index("-o") + 1].endswith(",AdminComment")
     assert args[-2:] == ["-M", "pool"]
+
+
+def test_gpu_hours_of_short_jobs_are_not_shown_as_zero() -> None:
+    assert gpu_hours(0) == "0.00"
+    assert gpu_hours(0.0027777) == "0.0028"
+    assert gpu_hours(0.01) == "0.01"
+    assert gpu_hours(12.345) == "12.35"

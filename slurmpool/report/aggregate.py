@@ -391,3 +391,11 @@ class Aggregator:
             malformed=self.malformed,
             errors=list(self.errors),
         )
+
+
+def gpu_hours(hours: float) -> str:
+    """GPU-hours for people: two decimals, or two significant digits below 0.01 so that
+    a short job (a test, the sandbox's demo) shows what it used instead of 0.00."""
+    if 0 < abs(hours) < 0.01:
+        return f"{hours:.2g}"
+    return f"{hours:.2f}"

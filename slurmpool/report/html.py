@@ -9,7 +9,7 @@ import html
 import time
 from pathlib import Path
 
-from slurmpool.report.aggregate import DIMENSIONS, Bucket, PoolReport
+from slurmpool.report.aggregate import DIMENSIONS, Bucket, PoolReport, gpu_hours
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
@@ -49,12 +49,12 @@ def bar_chart(rows: list[tuple[str, Bucket]], width: int = 640) -> str:
         parts.append(f'<text x="0" y="{y + 12}" font-size="12">{_e(key[:24])}</text>')
         parts.append(
             f'<rect x="{label_w}" y="{y}" width="{b.alloc_h * scale:.1f}" '
-            f'height="{bar_h}" fill="#9ecae1"><title>{b.alloc_h:.2f} GPU-h allocated'
+            f'height="{bar_h}" fill="#9ecae1"><title>{gpu_hours(b.alloc_h)} GPU-h allocated'
             "</title></rect>"
         )
         parts.append(
             f'<rect x="{label_w}" y="{y}" width="{b.busy_h * scale:.1f}" '
-            f'height="{bar_h}" fill="#3182bd"><title>{b.busy_h:.2f} GPU-h busy'
+            f'height="{bar_h}" fill="#3182bd"><title>{gpu_hours(b.busy_h)} GPU-h busy'
             "</title></rect>"
         )
         parts.append(
@@ -106,7 +106,7 @@ def heatmap_svg(report: PoolReport, cell: int = 10) -> str:
 def _group_table(dim: str, table: dict[str, Bucket]) -> str:
     rows = sorted(table.items(), key=lambda kv: kv[1].alloc_h, reverse=True)
     body = "".join(
-        f"<tr><td>{_e(k)}</td><td>{b.alloc_h:.2f}</td><td>{b.busy_h:.2f}</td>"
+        f"<tr><td>{_e(k)}</td><td>{gpu_hours(b.alloc_h)}</td><td>{gpu_hours(b.busy_h)}</td>"
         f"<td>{_e(_util(b))}</td><td>{b.jobs}</td><td>{b.requeues}</td></tr>"
         for k, b in rows
     )
@@ -121,7 +121,7 @@ def render(report: PoolReport, title: str = "slurmpool GPU pool report") -> str:
     t = report.total
     wasters = "".join(
         f"<tr><td>{_e(w.job_id)}</td><td>{_e(w.user)}</td><td>{_e(w.account)}</td>"
-        f"<td>{w.idle_h:.2f}</td><td>{w.alloc_h:.2f}</td>"
+        f"<td>{gpu_hours(w.idle_h)}</td><td>{gpu_hours(w.alloc_h)}</td>"
         f"<td>{'n/a' if w.util is None else f'{w.util:.0f}%'}</td></tr>"
         for w in report.top_jobs
     )
@@ -132,9 +132,9 @@ def render(report: PoolReport, title: str = "slurmpool GPU pool report") -> str:
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_e(title)}</title>'
         f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
         f"<p>{_e(_when(report.since))} to {_e(_when(report.until))}: {report.records} records, "
-        f"{t.jobs} jobs, {t.requeues} requeues. <b>{t.alloc_h:.2f}</b> GPU-hours allocated "
-        f"(slice-weighted: a 2g instance of 7 counts 2/7), <b>{t.busy_h:.2f}</b> busy of "
-        f"{t.measured_h:.2f} measured ({_e(_util(t))}).</p>"
+        f"{t.jobs} jobs, {t.requeues} requeues. <b>{gpu_hours(t.alloc_h)}</b> GPU-hours allocated "
+        f"(slice-weighted: a 2g instance of 7 counts 2/7), <b>{gpu_hours(t.busy_h)}</b> busy of "
+        f"{gpu_hours(t.measured_h)} measured ({_e(_util(t))}).</p>"
         '<p class="note">Utilisation counts only devices that can measure it; MIG instances '
         "on GPUs without GPM (Ampere) are allocated but not measured.</p>"
         f"<h2>Utilisation per device and hour</h2>{heatmap_svg(report)}"

@@ -231,7 +231,8 @@ def render_text(view: JobView) -> str:
                 f" ({head:.0f}% headroom)"
             )
         extra = f", energy {d.energy_j / 3.6e6:.3f} kWh" if d.energy_j else ""
-        lines.append(f"  {d.samples} samples over {d.duration_s:.0f} s{extra}")
+        noun = "sample" if d.samples == 1 else "samples"
+        lines.append(f"  {d.samples} {noun} over {d.duration_s:.0f} s{extra}")
     for s in view.suggestions:
         lines.append(f"suggestion: {s}")
     if view.note and view.devices:

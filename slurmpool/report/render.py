@@ -7,7 +7,7 @@ import io
 import time
 from typing import Any
 
-from slurmpool.report.aggregate import DIMENSIONS, Bucket, PoolReport
+from slurmpool.report.aggregate import DIMENSIONS, Bucket, PoolReport, gpu_hours
 
 
 def _when(t: float) -> str:
@@ -77,7 +77,7 @@ def _table(title: str, rows: list[tuple[str, Bucket]]) -> list[str]:
     lines = [head, "-" * len(head)]
     for key, b in rows:
         lines.append(
-            f"{key[:24]:<24} {b.alloc_h:>12.2f} {b.busy_h:>11.2f} {_util(b):>5} "
+            f"{key[:24]:<24} {gpu_hours(b.alloc_h):>12} {gpu_hours(b.busy_h):>11} {_util(b):>5} "
             f"{b.jobs:>7} {b.requeues:>8}"
         )
     return lines
@@ -88,8 +88,8 @@ def to_table(report: PoolReport, top: int = 10) -> str:
     lines = [
         f"GPU pool report {_when(report.since)} .. {_when(report.until)}",
         f"{report.records} records, {t.jobs} jobs, {t.requeues} requeues; "
-        f"{t.alloc_h:.2f} GPU-hours allocated (slice-weighted), {t.busy_h:.2f} busy "
-        f"of {t.measured_h:.2f} measured ({_util(t)})",
+        f"{gpu_hours(t.alloc_h)} GPU-hours allocated (slice-weighted), {gpu_hours(t.busy_h)} busy "
+        f"of {gpu_hours(t.measured_h)} measured ({_util(t)})",
     ]
     if report.bad_comments:
         lines.append(f"warning: {report.bad_comments} unreadable AdminComment summaries")
@@ -103,13 +103,15 @@ def to_table(report: PoolReport, top: int = 10) -> str:
     if wasters:
         lines += ["", "top wasters (idle GPU-hours, measured devices only)"]
         for u, b in wasters:
-            lines.append(f"  {u:<20} {b.idle_h:>9.2f} idle of {b.measured_h:.2f} ({_util(b)})")
+            lines.append(
+                f"  {u:<20} {gpu_hours(b.idle_h):>9} idle of {gpu_hours(b.measured_h)} ({_util(b)})"
+            )
     if report.top_jobs:
         lines += ["", "top wasting jobs"]
         for w in report.top_jobs[:top]:
             util = "n/a" if w.util is None else f"{w.util:.0f}%"
             lines.append(
-                f"  job {w.job_id:<10} {w.user:<16} {w.idle_h:>9.2f} idle GPU-h of "
-                f"{w.alloc_h:.2f} ({util})"
+                f"  job {w.job_id:<10} {w.user:<16} {gpu_hours(w.idle_h):>9} idle GPU-h of "
+                f"{gpu_hours(w.alloc_h)} ({util})"
             )
     return "\n".join(lines) + "\n"

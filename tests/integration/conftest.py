@@ -155,20 +155,28 @@ def _keep_logs(sandbox: Sandbox, nodes: Sequence[str], dest: Path) -> None:
 _shared_up = False
 
 
-@pytest.fixture
-def own_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    """A sandbox of the test's own (marked ``own_sandbox``), up, and down afterwards
-    unless the test has taken it down itself."""
+def _new_sandbox(prefix: str) -> tuple[Sandbox, SandboxOptions]:
+    """A sandbox not up yet in a fresh /tmp directory, and the options to bring it up."""
     if REASON is not None:
         pytest.fail(f"integration tests required but the sandbox cannot run: {REASON}")
-    assert not _shared_up, "an own_sandbox test ran after the shared sandbox came up"
-    directory = Path(tempfile.mkdtemp(prefix="slurmpool-own-", dir="/tmp"))
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.rmdir(directory)
     runner = Runner(env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
-    sandbox = Sandbox(directory, runner)
+    options = SandboxOptions(
+        directory=directory, python=sys.executable, timeout_s=90, monitor_interval_s=0.5
+    )
+    return Sandbox(directory, runner), options
+
+
+@pytest.fixture
+def own_sandbox() -> Iterator[Sandbox]:
+    """A sandbox of the test's own (marked ``own_sandbox``), up, and down afterwards
+    unless the test has taken it down itself."""
+    assert not _shared_up, "an own_sandbox test ran after the shared sandbox came up"
+    sandbox, options = _new_sandbox("slurmpool-own-")
     created = _ensure_users()
     try:
-        sandbox.up(SandboxOptions(directory=directory, python=sys.executable, timeout_s=90))
+        sandbox.up(options)
         yield sandbox
     finally:
         if sandbox.state() is not None:
@@ -180,21 +188,13 @@ def own_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     global _shared_up
-    if REASON is not None:
-        pytest.fail(f"integration tests required but the sandbox cannot run: {REASON}")
+    sandbox, options = _new_sandbox("slurmpool-it-")
     _shared_up = True
-    directory = Path(tempfile.mkdtemp(prefix="slurmpool-it-", dir="/tmp"))
-    os.rmdir(directory)
-    runner = Runner(env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
-    sandbox = Sandbox(directory, runner)
     created = _ensure_users()
     try:
-        options = SandboxOptions(
-            directory=directory, python=sys.executable, timeout_s=90, monitor_interval_s=0.5
-        )
         # The users exist before up: up gives every login user an association.
         state = sandbox.up(options)
-        workdir = directory / "work"
+        workdir = sandbox.layout.root / "work"
         workdir.mkdir()
         os.chmod(workdir, 0o1777)
         yield Cluster(sandbox, state, sandbox.slurm(), workdir)

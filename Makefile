@@ -8,7 +8,7 @@ PYTHON ?= $(VENV)/bin/python
 SETUP ?= yes
 PYTEST_ARGS ?=
 
-.PHONY: help setup lint format typecheck test test-unit test-integration bench package-test fresh-check demo clean
+.PHONY: help setup lint format typecheck test test-unit test-integration bench package-test fresh-check matrix demo clean
 
 help:
 	@echo "make setup          Debian packages + the $(VENV) venv with every test need (root)"
@@ -18,6 +18,8 @@ help:
 	@echo "make bench          benchmarks (placement, generate-config, ...)"
 	@echo "make package-test   build a wheel, install it in a fresh venv, run it elsewhere"
 	@echo "make fresh-check    make demo and make test, literally, in a fresh minimal Debian root"
+	@echo "make matrix         make test on newer Slurm and Python: Debian trixie and sid roots"
+	@echo "                    (SLURMPOOL_SLURM_ROOT=trixie for one; see .ci/matrix)"
 
 # Debian packages and the venv with every test need (dev and report extras, Lua 5.1).
 setup:
@@ -61,6 +63,9 @@ demo:
 # The README's two commands, literally, in a fresh minimal Debian root (root, mmdebstrap).
 fresh-check:
 	bash .ci/fresh-check
+
+matrix:
+	bash .ci/matrix
 
 clean:
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache

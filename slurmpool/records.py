@@ -22,6 +22,7 @@ from types import FunctionType
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 
 class _Missing:
@@ -75,6 +76,20 @@ def _field(
     return _Field(default, default_factory, repr, init, compare)
 
 
+def _lazy_annotations(cls: type) -> dict[str, Any]:
+    """The class's own annotations where Python evaluates them lazily (3.14+, PEP 649,
+    a module without ``from __future__ import annotations``): as strings, as that
+    import gives them, so nothing is evaluated.  Before 3.14 such a class has none."""
+    import importlib
+
+    try:
+        annotationlib = importlib.import_module("annotationlib")
+    except ImportError:
+        return {}
+    found: dict[str, Any] = annotationlib.get_annotations(cls, format=annotationlib.Format.STRING)
+    return found
+
+
 def _is_classvar(annotation: object) -> bool:
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     return isinstance(text, str) and text.split("[", 1)[0].rsplit(".", 1)[-1] == "ClassVar"
@@ -86,7 +101,9 @@ def _collect(cls: type) -> list[_Field]:
         for f in _fields_of(base):
             found[f.name] = f
     # Not inspect.get_annotations: importing inspect is the cost this module avoids.
-    own = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
+    own = cls.__dict__.get("__annotations__")  # noqa: RUF063
+    if own is None:
+        own = _lazy_annotations(cls)
     for name, annotation in own.items():
         if _is_classvar(annotation):
             continue

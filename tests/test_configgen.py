@@ -249,7 +249,7 @@ def test_cli_generate_reports_policy_errors(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_slurmd_parses_generated_gres_conf(tmp_path: Path) -> None:
+def test_slurmd_parses_generated_gres_conf(tmp_path: Path, munge_socket: Path) -> None:
     """Parse-back: the real slurmd -G reads the generated gres.conf of the sandbox policy."""
     slurmd = needs.program("slurmd", "/usr/sbin/slurmd")
     needs.root("mknod for device files")
@@ -262,6 +262,7 @@ def test_slurmd_parses_generated_gres_conf(tmp_path: Path) -> None:
         os.mknod(dev / f"nvidia{minor}", 0o600 | 0o020000, os.makedev(195, minor))
     (conf / "slurm.conf").write_text(
         "ClusterName=sandbox\nSlurmctldHost=localhost\nAuthType=auth/munge\nSlurmUser=root\n"
+        f"AuthInfo=socket={munge_socket}\n"
         f"StateSaveLocation={tmp_path}/ctld\nSlurmdSpoolDir={tmp_path}/d%n\n"
         "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
         "SelectType=select/cons_tres\nSlurmdParameters=config_overrides\n"

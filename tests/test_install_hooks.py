@@ -128,7 +128,14 @@ def _imported_by(modules: list[str], watch: tuple[str, ...]) -> list[str]:
     code = (
         f"import sys; sys.path.insert(0, {root!r})\n"
         + "".join(f"import {m}\n" for m in modules)
-        + f"print(','.join(m for m in {watch!r} if m in sys.modules))"
+        # From 3.13 `import collections` registers collections.abc as another name of
+        # _collections_abc, which every interpreter has loaded: only a module of its
+        # own is an import.
+        + f"loaded = [m for m in {watch!r} if m in sys.modules]\n"
+        + "abc = sys.modules.get('collections.abc')\n"
+        + "if 'collections.abc' in loaded and abc is sys.modules.get('_collections_abc'):\n"
+        + "    loaded.remove('collections.abc')\n"
+        + "print(','.join(loaded))"
     )
     res = subprocess.run(
         [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False

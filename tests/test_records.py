@@ -194,3 +194,21 @@ def test_methods_are_compiled_on_first_use_and_then_live_on_the_class():
     assert repr(Child(1, 2)).endswith("Child(a=1, b=2)")
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'a'"):
         Base()  # type: ignore[call-arg]
+
+
+def test_a_record_from_a_module_without_the_future_import():
+    # Python 3.14 (PEP 649) evaluates such a class's annotations lazily: its __dict__
+    # has no __annotations__, and the record must still see every field.
+    ns: dict = {}
+    exec(
+        "from slurmpool.records import record, field\n"
+        "@record\n"
+        "class Job:\n"
+        "    job_id: int\n"
+        "    name: 'str' = 'x'\n"
+        "    tags: list = field(default_factory=list)\n",
+        ns,
+    )
+    job = ns["Job"](7)
+    assert (job.job_id, job.name, job.tags) == (7, "x", [])
+    assert repr(job) == "Job(job_id=7, name='x', tags=[])"

@@ -461,7 +461,7 @@ class Sandbox:
             shutil.rmtree(self.layout.root)
 
         policy_path = options.policy or default_policy_path()
-        policy = self._load_policy(policy_path)
+        policy = self._with_installed_slurm(self._load_policy(policy_path))
         cluster = options.cluster or policy.cluster
         node_names = [n for g in policy.node_groups for n in g.hostlist.expand()]
         ports_list = free_port_block(4 + 2 * len(node_names))
@@ -509,6 +509,24 @@ class Sandbox:
             return load_policy(path, variables={"root": str(self.layout.node_root)})
         except PolicyError as e:
             raise SandboxError(f"policy {path}: {e}") from None
+
+    def policy_as_installed(self, state: SandboxState) -> Policy:
+        """The policy exactly as ``up`` installed it (installed Slurm, loopback ports)."""
+        policy = self._with_installed_slurm(self._load_policy(Path(state.policy)))
+        return self._with_ports(policy, state.ports)
+
+    def _with_installed_slurm(self, policy: Policy) -> Policy:
+        """The policy generating for the Slurm this machine runs, whatever version it
+        names: what the config may use (Extra in job_submit.lua, scontrol --json in
+        the prolog) depends on it."""
+        from slurmpool.slurm.version import SlurmVersionError, detect_version
+
+        try:
+            # slurmd -V reads no slurm.conf (scontrol -V does on 24.11+).
+            v = detect_version(self.runner, "slurmd")
+        except (SlurmCommandError, SlurmVersionError) as e:
+            raise SandboxError(f"cannot tell the installed Slurm's version: {e}") from None
+        return dataclasses.replace(policy, slurm_version=f"{v.major}.{v.minor:02d}")
 
     def _with_ports(self, policy: Policy, ports: dict[str, int]) -> Policy:
         """The policy with every node group's NodeAddr/Port set to the chosen loopback ports."""
@@ -667,9 +685,18 @@ class Sandbox:
                 f"--pid-file={L.mariadb_dir / 'mariadbd.pid'}",
                 f"--log-error={L.log('mariadbd')}",
                 "--skip-log-bin",
-                "--innodb-buffer-pool-size=64M",
-                "--innodb-log-file-size=16M",
+                # slurmdbd logs "Database settings not recommended values" at start below
+                # its thresholds (accounting_storage/as_mysql: half its recommendation).
+                # Measured: 22.05 wants 512 MiB of pool, 24.11 more than 1 GiB; 2 GiB
+                # satisfies both.  The pool is reserved, not touched: a sandbox's
+                # database stays small (mariadbd's resident memory stays far below).
+                "--innodb-buffer-pool-size=2G",
+                "--innodb-log-file-size=32M",
+                "--innodb-lock-wait-timeout=450",
                 "--innodb-flush-log-at-trx-commit=0",
+                # MariaDB 11.8 turns snapshot isolation on; 26.05's slurmdbd says it will
+                # die on a write conflict under it.  (loose-: 10.11 lacks the option.)
+                "--loose-innodb-snapshot-isolation=OFF",
                 "--skip-name-resolve",
             ],
             env,
@@ -679,7 +706,11 @@ class Sandbox:
         except SandboxError:
             raise self._fail("mariadbd", mariadbd, L.log("mariadbd")) from None
         password = secrets.token_hex(12)
+        # The database exists before slurmdbd starts: with libmariadb 3.4 (Debian trixie
+        # and newer) slurmdbd's retry after "unknown database" (1049) on the same handle
+        # leaves every later query failing (error 5027), so it must not need to create it.
         sql = (
+            "CREATE DATABASE IF NOT EXISTS slurm_acct_db; "
             f"CREATE USER '{MARIADB_USER}'@'127.0.0.1' IDENTIFIED BY '{password}'; "
             f"GRANT ALL ON slurm_acct_db.* TO '{MARIADB_USER}'@'127.0.0.1'; FLUSH PRIVILEGES;"
         )

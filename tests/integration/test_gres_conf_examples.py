@@ -39,7 +39,9 @@ def test_slurmd_parses_generated_gres_conf(cluster: Cluster, tmp_path: Path, exa
     etc.mkdir()
     (etc / "gres.conf").write_text(files["gres.conf"])
     (etc / "slurmpool.conf").write_text(files["slurmpool.conf"])
-    (etc / "slurm.conf").write_text(BASE + f"Include {etc / 'slurmpool.conf'}\n")
+    # slurmd -G authenticates with munge from 24.11 on: the sandbox's munged.
+    auth = f"AuthType=auth/munge\nAuthInfo=socket={cluster.sandbox.layout.munge_socket}\n"
+    (etc / "slurm.conf").write_text(BASE + auth + f"Include {etc / 'slurmpool.conf'}\n")
     # Device nodes where gres.conf expects them, in a private /dev (and $root) for slurmd -G.
     fake_dev = tmp_path / "dev"
     fake_dev.mkdir()

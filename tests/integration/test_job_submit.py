@@ -24,12 +24,17 @@ def test_rejected_with_a_message(cluster: Cluster, args: list[str], message: str
     assert res.stdout.strip() == ""
 
 
+def _tres_per_node(cluster: Cluster, job: int) -> str:
+    # Measured: 22.05 prints TresPerNode=gres:vgpu:7, 24.11 and 26.05 gres/vgpu:7.
+    return cluster.job(job)["TresPerNode"].replace("gres/", "gres:")
+
+
 def test_valid_request_is_normalised(cluster: Cluster) -> None:
     res = cluster.sbatch("--gres=vgpu:5", "--hold", "--wrap", "true", user="sp-bob")
     job = int(res.stdout.strip())
     try:
         assert "vgpu:5 rounded up to vgpu:7" in res.stderr
-        assert cluster.job(job)["TresPerNode"] == "gres:vgpu:7"
+        assert _tres_per_node(cluster, job) == "gres:vgpu:7"
     finally:
         cluster.slurm.run("scancel", str(job))
 
@@ -38,6 +43,6 @@ def test_whole_gpu_multiples_are_kept(cluster: Cluster) -> None:
     res = cluster.sbatch("--gres=vgpu:14", "--hold", "--wrap", "true", user="sp-bob")
     job = int(res.stdout.strip())
     try:
-        assert cluster.job(job)["TresPerNode"] == "gres:vgpu:14"
+        assert _tres_per_node(cluster, job) == "gres:vgpu:14"
     finally:
         cluster.slurm.run("scancel", str(job))

@@ -337,8 +337,10 @@ def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluste
         theirs = poll("the bystander's device", lambda: first_line(alice_out), 30)
         # A prolog as slurmd runs it (env only), told by a root-only fault file to
         # SIGKILL itself right after creating the instance.  The job is a ghost that
-        # slurmctld never had: a stand-in squeue, first on the hook's PATH, answers the
-        # prolog's one allocation read with vgpu:2 on this node, as slurmctld would.
+        # slurmctld never had: stand-ins first on the hook's PATH answer the prolog's one
+        # allocation read with vgpu:2 on this node, as slurmctld would: squeue's line
+        # (22.05) or `scontrol show job --json`'s record (23.02+; any other scontrol
+        # call goes to the real one).
         fault = cluster.sandbox.layout.host_dir(node) / "state" / "faults" / "after-create"
         fault.parent.mkdir(exist_ok=True)
         fault.touch()
@@ -349,6 +351,25 @@ def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluste
             f"#!/bin/sh\necho '{ghost}|{node}|gres:vgpu:2|cpu=1,node=1,gres/vgpu=2|'\n"
         )
         (ghost_bin / "squeue").chmod(0o755)
+        record = {
+            "jobs": [
+                {
+                    "job_id": int(ghost),
+                    "nodes": node,
+                    "tres_per_node": "gres/vgpu:2",
+                    "tres_alloc_str": "cpu=1,node=1,gres/vgpu=2",
+                    "gres_detail": ["vgpu(CNT:2)"],
+                    "job_resources": {"nodes": {"allocation": [{"index": 0, "name": node}]}},
+                }
+            ],
+            "errors": [],
+        }
+        real_scontrol = cluster.slurm.which("scontrol")
+        (ghost_bin / "scontrol").write_text(
+            f'#!/bin/sh\nif [ "$*" = "show job --json {ghost}" ]; then\n'
+            f"cat <<'EOF'\n{json.dumps(record)}\nEOF\nelse exec {real_scontrol} \"$@\"; fi\n"
+        )
+        (ghost_bin / "scontrol").chmod(0o755)
         env = {
             "PATH": f"{ghost_bin}:/usr/sbin:/usr/bin:/sbin:/bin",
             "SLURM_JOB_ID": ghost,

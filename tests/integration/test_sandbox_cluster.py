@@ -179,3 +179,12 @@ def test_sandbox_exec_runs_node_side_commands_in_the_nodes_view(cluster: Cluster
     assert (res.returncode, res.stdout) == (3, "sbx2\n")
     res = _exec(cluster, "sbx9", "true")
     assert res.returncode == 1 and "no node 'sbx9'" in res.stderr
+
+
+def test_slurmdbd_starts_without_errors(cluster: Cluster) -> None:
+    # MariaDB set up as slurmdbd asks (no "Database settings not recommended values"),
+    # its database made before it starts: nothing to complain about at start.
+    log = cluster.sandbox.layout.log("slurmdbd").read_text()
+    start = log[: log.index(" started")] if " started" in log else log
+    errors = [line for line in start.splitlines() if "error" in line.lower()]
+    assert " started" in log and errors == [], "\n".join(errors)

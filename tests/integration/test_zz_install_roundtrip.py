@@ -11,7 +11,6 @@ from pathlib import Path
 
 from slurmpool.configgen import generate
 from slurmpool.install import apply, plan_install, plan_uninstall, target_for_policy
-from slurmpool.policy import load_policy
 from slurmpool.sandbox import SandboxOptions
 from slurmpool.sandbox.cluster import base_slurm_conf, hook_interpreter
 
@@ -39,8 +38,7 @@ def test_uninstall_restores_and_reinstall_works(cluster: Cluster) -> None:
     assert all(not h.exists() for h in hooks)
 
     # Reinstall the same policy: the same bytes as the sandbox's install.
-    policy = load_policy(cluster.state.policy, variables={"root": str(layout.node_root)})
-    policy = cluster.sandbox._with_ports(policy, cluster.state.ports)
+    policy = cluster.sandbox.policy_as_installed(cluster.state)
     python, python_path = hook_interpreter(
         SandboxOptions(directory=layout.root, python=sys.executable)
     )

@@ -14,10 +14,12 @@ import time
 from slurmpool.configgen import generate
 from slurmpool.hostlist import expand
 from slurmpool.policy import parse_policy
+from slurmpool.slurm.version import InstalledSlurm, parse_version
 
 NODES = 10_000
 CLASSES = 20
 BUDGET_S = 2.0
+SLURM = InstalledSlurm(parse_version("24.11.5"), "benchmark")
 
 
 def policy_text() -> str:
@@ -51,10 +53,10 @@ def policy_text() -> str:
 
 def main() -> None:
     text = policy_text()
-    generate(parse_policy(text))  # warm imports, templates and catalogue
+    generate(parse_policy(text), installed=SLURM)  # warm imports, templates and catalogue
     start = time.perf_counter()
     policy = parse_policy(text, "bench.yaml")
-    files = generate(policy).files
+    files = generate(policy, installed=SLURM).files
     elapsed = time.perf_counter() - start
 
     start = time.perf_counter()

@@ -9,6 +9,8 @@ Checks, in order (each yields :class:`Finding` objects):
 * ``hooks``: the four wrappers are installed and executable, slurm.conf
   includes slurmpool's fragment;
 * ``state-dir``: exists, a directory, root-owned, install's mode, writable;
+* ``slurm-version``: the node runs the Slurm release the config was generated
+  for (``slurmd -V``);
 * ``slurm-node``: ``scontrol show node <name>`` shows the GRES the generated
   fragment gives the node, and the node takes jobs;
 * ``slurmd-gres``: ``slurmd -G`` parses the generated gres.conf into the same
@@ -40,6 +42,7 @@ from slurmpool.install import FRAGMENT_NAME, HOOKS, INCLUDE_MARKER, STATE_DIR_MO
 from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.slurm.parse import gres_totals, parse_gres, parse_nodes, parse_slurmd_gres
 from slurmpool.slurm.runner import Runner, SlurmCommandError
+from slurmpool.slurm.version import SlurmVersionError, detect_version, parse_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,7 @@ def run_doctor(opts: DoctorOptions) -> DoctorReport:
     if opts.runner is not None:
         conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
         runner = opts.runner.with_conf(conf)
+        findings.extend(check_slurm_version(config, runner))
         findings.extend(check_slurm_node(config, opts, runner))
         findings.extend(check_slurmd_gres(config, opts, runner))
     return DoctorReport(opts.node, tuple(findings))
@@ -287,6 +291,38 @@ def expected_node_gres(fragment_text: str, node: str) -> str | None:
                 return token.split("=", 1)[1]
         return ""
     return None
+
+
+def check_slurm_version(config: NodeConfig, runner: Runner) -> Iterator[Finding]:
+    """The config is for the Slurm release this node runs: what it uses (Extra in
+    job_submit.lua, the prolog's ``scontrol --json``) depends on it."""
+    try:
+        have = detect_version(runner, "slurmd")
+    except (SlurmCommandError, SlurmVersionError) as e:
+        yield Finding(
+            "slurm-version",
+            False,
+            f"cannot read this node's Slurm version: {e}",
+            "install slurmd on the node, or put it on PATH",
+        )
+        return
+    by = f" ({config.slurm_detected_by})" if config.slurm_detected_by else ""
+    try:
+        want = parse_version(config.slurm_version)
+    except SlurmVersionError as e:
+        yield Finding("slurm-version", False, f"node config: {e}", "rerun install")
+        return
+    if (want.major, want.minor) != (have.major, have.minor):
+        yield Finding(
+            "slurm-version",
+            False,
+            f"the installed config was generated for Slurm {want.release}{by}, "
+            f"this node runs {have}",
+            "run `slurmpool install --policy POLICY` on this node again (it detects the "
+            f"installed Slurm), with no slurm_version in the policy or {have.release} there",
+        )
+    else:
+        yield Finding("slurm-version", True, f"Slurm {have}, as the config was generated for{by}")
 
 
 def check_slurm_node(config: NodeConfig, opts: DoctorOptions, runner: Runner) -> Iterator[Finding]:

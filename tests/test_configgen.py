@@ -14,6 +14,7 @@ from typing import Any
 import needs
 import pytest
 from click.testing import CliRunner
+from slurm_node import NODE_SLURM
 
 from slurmpool.catalogue import default_catalogue
 from slurmpool.cli import main
@@ -64,7 +65,8 @@ def test_every_gpu_appears_once() -> None:
 
 
 def test_slurm_fragment() -> None:
-    text = generate(load_policy(SANDBOX, variables={"root": "/r"})).files["slurmpool.conf"]
+    policy = load_policy(SANDBOX, variables={"root": "/r"})
+    text = generate(policy, installed=NODE_SLURM).files["slurmpool.conf"]
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     assert "GresTypes=gpu,vgpu" in lines
     assert "AccountingStorageTRES=gres/gpu,gres/vgpu" in lines
@@ -85,7 +87,8 @@ def test_slurm_fragment() -> None:
 
 
 def test_no_accounting_no_tres() -> None:
-    files = generate(load_policy(ROOT / "examples" / "shared-pool.yaml")).files
+    policy = load_policy(ROOT / "examples" / "shared-pool.yaml")
+    files = generate(policy, installed=NODE_SLURM).files
     assert "AccountingStorageTRES" not in files["slurmpool.conf"]
     assert "ConstrainDevices=yes" in files["cgroup.conf"]
 
@@ -96,8 +99,8 @@ def test_output_grows_with_classes_not_nodes() -> None:
         policy,
         node_groups=(dataclasses.replace(policy.node_groups[0], nodes="sbx[1-20000]"),),
     )
-    small_files = generate(policy).files
-    big_files = generate(big).files
+    small_files = generate(policy, installed=NODE_SLURM).files
+    big_files = generate(big, installed=NODE_SLURM).files
     for name in ("slurmpool.conf", "gres.conf", "node-config.json"):
         assert abs(len(big_files[name]) - len(small_files[name])) < 200
 
@@ -109,9 +112,9 @@ def test_inventory_gives_minors_and_cores(catalogue: Any) -> None:
         "sbx1.json",
         catalogue,
     )
-    gres = generate(policy, [inv]).files["gres.conf"]
+    gres = generate(policy, [inv], installed=NODE_SLURM).files["gres.conf"]
     assert "Name=gpu Type=a100 File=/r/dev/nvidia5 Cores=16-31" in gres
-    config = json.loads(generate(policy, [inv]).files["node-config.json"])
+    config = json.loads(generate(policy, [inv], installed=NODE_SLURM).files["node-config.json"])
     assert config["node_classes"][0]["gpus"][2]["minor"] == 5
 
 
@@ -128,7 +131,7 @@ def test_inventory_mismatch(host: str, gpus: list[dict[str, Any]], fragment: str
     policy = load_policy(SANDBOX, variables={"root": "/r"})
     inv = parse_inventory(inventory(host, gpus), "inv.json", default_catalogue())
     with pytest.raises(ConfigError, match=fragment):
-        generate(policy, [inv])
+        generate(policy, [inv], installed=NODE_SLURM)
 
 
 def test_inconsistent_inventories_of_one_group() -> None:
@@ -137,7 +140,7 @@ def test_inconsistent_inventories_of_one_group() -> None:
     a = parse_inventory(inventory("sbx1", [gpu(0), gpu(1), gpu(2)]), "a.json", cat)
     b = parse_inventory(inventory("sbx2", [gpu(0), gpu(1), gpu(2, minor=9)]), "b.json", cat)
     with pytest.raises(ConfigError, match="split the group"):
-        generate(policy, [a, b])
+        generate(policy, [a, b], installed=NODE_SLURM)
 
 
 @pytest.mark.parametrize(
@@ -168,7 +171,7 @@ def test_static_layout_minors_from_inventory() -> None:
     gpus = [gpu(i, cpu_affinity=None) for i in range(5)]
     gpus += [gpu(5, instances=instances), gpu(6, instances=instances), gpu(7)]
     inv = parse_inventory(inventory("srv03", gpus), "srv03.json", default_catalogue())
-    gres = generate(policy, [inv]).files["gres.conf"]
+    gres = generate(policy, [inv], installed=NODE_SLURM).files["gres.conf"]
     gi, ci = cap_minors(5, 2, 0)
     assert f"nvidia5,/dev/nvidia-caps/nvidia-cap{gi},/dev/nvidia-caps/nvidia-cap{ci}" in gres
     assert "nvidia-cap1000,/dev/nvidia-caps/nvidia-cap1001" in gres
@@ -177,12 +180,12 @@ def test_static_layout_minors_from_inventory() -> None:
     gpus[5] = gpu(5, instances=wrong)
     inv = parse_inventory(inventory("srv03", gpus), "srv03.json", default_catalogue())
     with pytest.raises(ConfigError, match="apply the layout"):
-        generate(policy, [inv])
+        generate(policy, [inv], installed=NODE_SLURM)
     half = [dict(instances[0], ci_id=None), *instances[1:]]
     gpus[5] = gpu(5, instances=half)
     inv = parse_inventory(inventory("srv03", gpus), "srv03.json", default_catalogue())
     with pytest.raises(ConfigError, match="has no compute instance"):
-        generate(policy, [inv])
+        generate(policy, [inv], installed=NODE_SLURM)
     assert text  # the policy file itself is untouched
 
 
@@ -197,7 +200,7 @@ def test_mig_minor_formula() -> None:
 
 def test_node_config_round_trip(tmp_path: Path) -> None:
     policy = load_policy(MIXED)
-    generate(policy).write(tmp_path)
+    generate(policy, installed=NODE_SLURM).write(tmp_path)
     config = load_node_config(tmp_path / "node-config.json")
     serve = config.node_class("srv-spare1")
     assert serve is not None and serve.name == "serve"
@@ -255,7 +258,7 @@ def test_slurmd_parses_generated_gres_conf(tmp_path: Path, munge_socket: Path) -
     needs.root("mknod for device files")
     policy = load_policy(SANDBOX, variables={"root": str(tmp_path / "root")})
     conf = tmp_path / "etc"
-    generate(policy).write(conf)
+    generate(policy, installed=NODE_SLURM).write(conf)
     dev = tmp_path / "root" / "dev"
     dev.mkdir(parents=True)
     for minor in range(3):

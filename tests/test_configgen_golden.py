@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from slurm_node import NODE_SLURM
 
 from slurmpool.configgen import generate
 from slurmpool.policy import load_policy
@@ -27,7 +28,7 @@ UPDATE = os.environ.get("SLURMPOOL_UPDATE_GOLDEN") == "1"
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_golden(path: Path) -> None:
-    files = generate(load_policy(path, variables=VARIABLES)).files
+    files = generate(load_policy(path, variables=VARIABLES), installed=NODE_SLURM).files
     directory = GOLDEN / path.stem
     if UPDATE:
         directory.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import needs
 import pytest
+from slurm_node import NODE_SLURM
 
 from slurmpool.configgen import generate
 from slurmpool.configgen.render import lua_string
@@ -212,7 +213,7 @@ def test_hostile_strings_are_data(mixed_results: dict[str, tuple]) -> None:
 def test_old_slurm_never_touches_extra(tmp_path: Path) -> None:
     policy = load_policy(ROOT / "examples" / "sandbox.yaml", variables={"root": "/r"})
     script = tmp_path / "job_submit.lua"
-    script.write_text(generate(policy).files["job_submit.lua"])
+    script.write_text(generate(policy, installed=NODE_SLURM).files["job_submit.lua"])
     res = run_cases(script, [("a", {"tres_per_node": "gres:vgpu:6"}, None)], tmp_path)
     assert res["a"][:3] == (SUCCESS, "gres:vgpu:7", "<nil>")
 

@@ -9,12 +9,15 @@ from pathlib import Path
 import needs
 import pytest
 from click.testing import CliRunner
+from slurm_node import NODE_SLURM
 
 from slurmpool.cli import main
 from slurmpool.configgen import generate
+from slurmpool.configgen.nodeconfig import load_node_config
 from slurmpool.doctor import (
     DoctorOptions,
     _gres_conf_entries,
+    check_slurm_version,
     check_state_dir,
     expected_node_gres,
     run_doctor,
@@ -23,6 +26,7 @@ from slurmpool.install import STATE_DIR_MODE, apply, plan_install, target_for_po
 from slurmpool.policy import Policy, load_policy
 from slurmpool.sandbox.provision import proc_root_for
 from slurmpool.sim.node import create_node
+from slurmpool.slurm.runner import Runner
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sandbox.yaml"
 A100 = "A100-SXM4-80GB"
@@ -36,7 +40,7 @@ def make_node(node: Path, gpus: list[tuple[str, bool]]) -> Policy:
     target = target_for_policy(
         policy, systemd_dir=str(node / "systemd"), python=needs.hook_python()
     )
-    apply(plan_install(target, generate(policy).files))
+    apply(plan_install(target, generate(policy, installed=NODE_SLURM).files))
     create_node(
         policy.gpu_backend[len("sim:") :],
         policy.paths.devices_root,
@@ -157,7 +161,7 @@ def test_cli_json_and_exit_status(tmp_path: Path) -> None:
 )
 def test_expected_node_gres(node: str, expected: str | None) -> None:
     policy = load_policy(EXAMPLE, variables={"root": "/x"})
-    fragment = generate(policy).files["slurmpool.conf"]
+    fragment = generate(policy, installed=NODE_SLURM).files["slurmpool.conf"]
     assert expected_node_gres(fragment, node) == expected
 
 
@@ -172,3 +176,30 @@ def test_gres_conf_entries() -> None:
         ("gpu", "a100"): (2, {"/d/nvidia0", "/d/nvidia1"}),
         ("vgpu", None): (14, set()),
     }
+
+
+@pytest.mark.parametrize(
+    ("said", "ok", "message"),
+    [
+        ("slurm-wlm 22.05.2", True, "Slurm 22.05.2, as the config was generated for (slurmd -V)"),
+        (
+            "slurm 24.11.5",
+            False,
+            "the installed config was generated for Slurm 22.05 (slurmd -V), "
+            "this node runs 24.11.5",
+        ),
+        ("slurmd: error: libslurm", False, "cannot read this node's Slurm version"),
+    ],
+)
+def test_slurm_version_check(tmp_path: Path, said: str, ok: bool, message: str) -> None:
+    policy = make_node(tmp_path / "node", [(A100, True)])
+    config = load_node_config(os.path.join(policy.paths.slurm_config_dir, "node-config.json"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "slurmd").write_text(f"#!/bin/sh\necho '{said}'\n")
+    (bin_dir / "slurmd").chmod(0o755)
+    (finding,) = check_slurm_version(config, Runner(search_path=(str(bin_dir),)))
+    assert (finding.check, finding.ok) == ("slurm-version", ok)
+    assert message in finding.message
+    if not ok and "generated for" in message:
+        assert "slurmpool install --policy POLICY" in (finding.fix or "")

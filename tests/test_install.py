@@ -14,6 +14,7 @@ from pathlib import Path
 import needs
 import pytest
 from click.testing import CliRunner
+from slurm_node import NODE_SLURM, node_slurm_on_path
 
 from slurmpool.cli import main
 from slurmpool.configgen import generate
@@ -86,7 +87,7 @@ def do_install(policy: Policy, root: str | Path = "/", **kw: str) -> list[str]:
         systemd_dir=kw.get("systemd_dir", policy.paths.state_dir + "-systemd"),
         python=needs.hook_python(),
     )
-    return apply(plan_install(target, generate(policy).files, root))
+    return apply(plan_install(target, generate(policy, installed=NODE_SLURM).files, root))
 
 
 def test_round_trip_restores_bytes_and_site_prolog_runs(site: dict[str, Path]) -> None:
@@ -130,12 +131,13 @@ def test_round_trip_restores_bytes_and_site_prolog_runs(site: dict[str, Path]) -
     assert snapshot(site["root"]) == before
 
 
-def test_second_install_is_a_no_op(site: dict[str, Path]) -> None:
+def test_second_install_is_a_no_op(site: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)  # what the CLI detects
     policy = policy_for(site["node"])
     target = target_for_policy(
         policy, systemd_dir=str(site["root"] / "systemd"), python=needs.hook_python()
     )
-    files = generate(policy).files
+    files = generate(policy, installed=NODE_SLURM).files
     first = plan_install(target, files)
     assert not first.empty
     apply(first)
@@ -194,7 +196,7 @@ def test_staged_root_prefixes_every_path(tmp_path: Path) -> None:
     before = snapshot(root)
     policy = policy_for(Path("/srv/pool"))
     target = target_for_policy(policy, systemd_dir="/etc/systemd/system")
-    apply(plan_install(target, generate(policy).files, root))
+    apply(plan_install(target, generate(policy, installed=NODE_SLURM).files, root))
     assert (root / "srv/pool/hooks/task-prolog").is_file()
     assert (root / "etc/systemd/system/slurmpool-monitord.service").is_file()
     assert "ExecStart=" in (root / "etc/systemd/system/slurmpool-monitord.service").read_text()
@@ -203,7 +205,7 @@ def test_staged_root_prefixes_every_path(tmp_path: Path) -> None:
     wrapper = (root / "srv/pool/hooks/task-prolog").read_text()
     assert "/usr/local/bin/site-task-prolog || return $?" in wrapper
     assert not Path("/srv/pool/hooks").exists()
-    assert plan_install(target, generate(policy).files, root).empty
+    assert plan_install(target, generate(policy, installed=NODE_SLURM).files, root).empty
     apply(plan_uninstall("/srv/pool/state", root))
     assert snapshot(root) == before
 
@@ -236,13 +238,13 @@ def test_refuses_a_site_hook_at_the_wrapper_path(site: dict[str, Path]) -> None:
     policy = policy_for(site["node"])
     site["conf"].write_text(f"Prolog={policy.paths.hooks_dir}/prolog\n")
     with pytest.raises(InstallError, match="move the site's hook"):
-        plan_install(target_for_policy(policy), generate(policy).files)
+        plan_install(target_for_policy(policy), generate(policy, installed=NODE_SLURM).files)
 
 
 def test_missing_slurm_conf_is_a_clear_error(tmp_path: Path) -> None:
     policy = policy_for(tmp_path / "nothing")
     with pytest.raises(InstallError, match=r"no slurm\.conf there"):
-        plan_install(target_for_policy(policy), generate(policy).files)
+        plan_install(target_for_policy(policy), generate(policy, installed=NODE_SLURM).files)
 
 
 def test_uninstall_without_install_says_nothing_to_do(tmp_path: Path) -> None:
@@ -347,7 +349,7 @@ def test_refuses_an_interpreter_under_a_private_directory(
     policy = policy_for(site["node"])
     target = target_for_policy(policy, python=str(python))
     with pytest.raises(InstallError) as e:
-        plan_install(target, generate(policy).files)
+        plan_install(target, generate(policy, installed=NODE_SLURM).files)
     msg = str(e.value)
     assert f"directory {home} (mode 0700) is not searchable by other users" in msg
     assert "--python /opt/slurmpool/bin/python" in msg and "chmod o+x" in msg
@@ -363,7 +365,10 @@ def test_refuses_a_venv_whose_python_links_into_a_private_directory(
     python = _venv_python(shared_dir / "venv", str(real))
     policy = policy_for(site["node"])
     with pytest.raises(InstallError, match=f"directory {private} \\(mode 0700\\)"):
-        plan_install(target_for_policy(policy, python=str(python)), generate(policy).files)
+        plan_install(
+            target_for_policy(policy, python=str(python)),
+            generate(policy, installed=NODE_SLURM).files,
+        )
 
 
 def test_cli_refusal_names_the_directory_and_the_fix(

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from slurm_node import NODE_SLURM
 
 from slurmpool.configgen import generate
 from slurmpool.hooks.__main__ import main
@@ -24,7 +25,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sandbox.yaml"
 def node_config(tmp_path: Path) -> Path:
     policy = load_policy(EXAMPLE, variables={"root": str(tmp_path)})
     path = tmp_path / "node-config.json"
-    path.write_text(generate(policy).files["node-config.json"])
+    path.write_text(generate(policy, installed=NODE_SLURM).files["node-config.json"])
     return path
 
 

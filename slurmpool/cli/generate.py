@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from slurmpool.catalogue import default_catalogue
-from slurmpool.cli.common import EXIT_USAGE
+from slurmpool.cli.common import EXIT_USAGE, installed_slurm_for
 from slurmpool.cli.policy import parse_vars, var_option
 from slurmpool.configgen.inventory import ConfigError, load_inventories
 from slurmpool.configgen.render import generate
@@ -42,14 +42,15 @@ def generate_config(
 
     Include slurmpool.conf from slurm.conf; gres.conf, cgroup.conf and
     job_submit.lua go next to slurm.conf; node-config.json is what the
-    job hooks read.
+    job hooks read.  They are for the Slurm installed here (``slurmd -V``, else
+    ``scontrol -V``) unless the policy sets ``slurm_version``.
 
     Example: ``slurmpool generate-config --policy pool.yaml --inventory gpu001.json --out gen/``
     """
     try:
         policy = load_policy(policy_file, variables=parse_vars(variables))
         inventories = load_inventories(inventory_files, default_catalogue())
-        result = generate(policy, inventories)
+        result = generate(policy, inventories, installed=installed_slurm_for(policy))
     except (PolicyError, ConfigError) as err:
         click.echo(f"error: {err}", err=True)
         raise SystemExit(EXIT_USAGE) from None

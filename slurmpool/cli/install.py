@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, usage_error
+from slurmpool.cli.common import EXIT_FAIL, installed_slurm_for, usage_error
 
 if TYPE_CHECKING:
     from slurmpool.install import Plan
@@ -109,14 +109,25 @@ def install(
 
     Keeps the site's own Prolog/Epilog/TaskProlog/EpilogSlurmctld running
     through the wrappers; ``slurmpool uninstall`` restores every file exactly.
-    Running it twice changes nothing the second time.
+    Running it twice changes nothing the second time.  The config is generated
+    for the Slurm this machine runs (``slurmd -V``), unless the policy sets
+    ``slurm_version`` (staging for other machines).
 
     Example: ``slurmpool install --policy pool.yaml --dry-run``
     """
     from slurmpool.configgen import generate
+    from slurmpool.configgen.inventory import ConfigError
     from slurmpool.install import InstallError, plan_install, target_for_policy
 
     policy = _load(policy_path, var)
+    installed = installed_slurm_for(policy)
+    if installed is not None and root.resolve() != Path("/"):
+        click.echo(
+            f"note: staged root: generated for this machine's Slurm "
+            f"{installed.version.release} ({installed.detected_by}); set slurm_version in "
+            "the policy to stage for machines that run another",
+            err=True,
+        )
     target = target_for_policy(
         policy,
         slurm_conf=slurm_conf,
@@ -125,7 +136,11 @@ def install(
         python_path=python_path,
     )
     try:
-        plan = plan_install(target, generate(policy).files, root)
+        files = generate(policy, installed=installed).files
+    except ConfigError as e:
+        usage_error(str(e))
+    try:
+        plan = plan_install(target, files, root)
     except InstallError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(EXIT_FAIL) from None

@@ -125,6 +125,8 @@ class NodeConfig:
     profiles: dict[str, dict[int, str]]
     classes: tuple[NodeClassConfig, ...]
     pooling: PoolingPolicy = PoolingPolicy()
+    # How slurm_version was decided: "slurmd -V" (detected), "policy slurm_version".
+    slurm_detected_by: str = ""
 
     def path(self, name: str) -> str:
         """A configured path (``state_dir``, ``devices_root``...), with defaults for newer keys."""
@@ -191,6 +193,7 @@ def parse_node_config(data: Any, source: str = NODE_CONFIG_NAME) -> NodeConfig:
             },
             classes=classes,
             pooling=_pooling(data.get("pooling")),
+            slurm_detected_by=str(data.get("slurm_detected_by", "")),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise NodeConfigError(f"{source}: malformed node config: {err!r}") from None

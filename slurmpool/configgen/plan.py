@@ -16,6 +16,10 @@ from slurmpool.placement import engine_for
 from slurmpool.policy.model import GpuSpec, NodeGroup, Policy
 from slurmpool.policy.validate import carve_sizes
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.slurm.version import InstalledSlurm
+
 HOOK_NAMES = {
     "Prolog": "prolog",
     "TaskProlog": "task-prolog",
@@ -233,14 +237,19 @@ def lua_pools(policy: Policy, cat: Catalogue) -> list[LuaPool]:
     return pools
 
 
-def node_config(policy: Policy, classes: list[NodeClass], cat: Catalogue) -> dict[str, Any]:
+def node_config(
+    policy: Policy, classes: list[NodeClass], cat: Catalogue, slurm: InstalledSlurm
+) -> dict[str, Any]:
     models = sorted({g.model for c in classes for g in c.group.gpus if g.mode == "mig"})
     return {
         "schema": NODE_CONFIG_SCHEMA,
         "cluster": policy.cluster,
         "gpu_backend": policy.gpu_backend,
         "accounting": policy.accounting,
-        "slurm_version": policy.slurm_version,
+        # The Slurm the config is for (hooks gate features on it; doctor compares it
+        # with the node's) and how that was decided.
+        "slurm_version": slurm.version.shown,
+        "slurm_detected_by": slurm.detected_by,
         "paths": asdict(policy.paths),
         "hooks": asdict(policy.hooks),
         "pooling": asdict(policy.pooling),

@@ -12,11 +12,12 @@ from pathlib import Path
 import jinja2
 
 from slurmpool.catalogue import Catalogue, default_catalogue
-from slurmpool.configgen.inventory import Inventory, match_inventories
+from slurmpool.configgen.inventory import ConfigError, Inventory, match_inventories
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
 from slurmpool.configgen.plan import HOOK_NAMES, lua_pools, node_config, plan_class
 from slurmpool.policy.model import Policy
 from slurmpool.resources import templates_dir
+from slurmpool.slurm.version import InstalledSlurm, parse_version
 
 SLURM_FRAGMENT = "slurmpool.conf"
 GRES_CONF = "gres.conf"
@@ -74,13 +75,42 @@ class GeneratedConfig:
         return written
 
 
+def check_slurm_supports(policy: Policy, slurm: InstalledSlurm) -> None:
+    """Refuse a policy setting the target Slurm does not have."""
+    if policy.cgroup_plugin == "disabled" and not slurm.version.supports("cgroup_plugin_disabled"):
+        raise ConfigError(
+            f"{policy.source}: cgroup_plugin: 'disabled' needs Slurm 24.11 or newer, and the "
+            f"config is for {slurm.version.release} ({slurm.detected_by}); use autodetect"
+        )
+
+
+def target_slurm(policy: Policy, installed: InstalledSlurm | None) -> InstalledSlurm:
+    """The Slurm to generate for: the policy's ``slurm_version`` when set (staging a
+    config for other machines), else the installed one."""
+    if policy.slurm_version is not None:
+        return InstalledSlurm(parse_version(policy.slurm_version), "policy slurm_version")
+    if installed is None:
+        raise ConfigError(
+            f"{policy.source}: no Slurm version to generate for: the policy sets no "
+            "slurm_version and no installed Slurm was detected; set slurm_version "
+            '(MAJOR.MINOR of the nodes\' Slurm, e.g. "24.11") to generate on a machine '
+            "without Slurm"
+        )
+    return installed
+
+
 def generate(
     policy: Policy,
     inventories: Sequence[Inventory] | None = None,
     catalogue: Catalogue | None = None,
     templates: str | os.PathLike[str] | None = None,
+    *,
+    installed: InstalledSlurm | None = None,
 ) -> GeneratedConfig:
-    """Render slurmpool.conf, gres.conf, cgroup.conf, job_submit.lua and node-config.json."""
+    """Render slurmpool.conf, gres.conf, cgroup.conf, job_submit.lua and node-config.json
+    for the Slurm of :func:`target_slurm` (``installed``: what this machine runs)."""
+    slurm = target_slurm(policy, installed)
+    check_slurm_supports(policy, slurm)
     cat = catalogue or default_catalogue()
     by_group = match_inventories(policy, inventories or [])
     classes = [plan_class(g, by_group.get(g.name), policy, cat) for g in policy.node_groups]
@@ -104,7 +134,9 @@ def generate(
         "pools": lua_pools(policy, cat),
         "partition_names": [p.name for p in policy.partitions],
         "default_partition": default.name if default is not None else None,
-        "has_extra": policy.slurm_version_tuple >= (23, 2),
+        "has_extra": slurm.version.supports("job_extra"),
+        "slurm_version": slurm.version.shown,
+        "slurm_detected_by": slurm.detected_by,
     }
     env = _environment(str(templates or templates_dir()))
     lua_context = {**context, "partitions": context["partition_names"]}
@@ -113,6 +145,6 @@ def generate(
         GRES_CONF: env.get_template("gres.conf.j2").render(context),
         CGROUP_CONF: env.get_template("cgroup.conf.j2").render(context),
         JOB_SUBMIT_LUA: env.get_template("job_submit.lua.j2").render(lua_context),
-        NODE_CONFIG_NAME: json.dumps(node_config(policy, classes, cat), indent=2) + "\n",
+        NODE_CONFIG_NAME: json.dumps(node_config(policy, classes, cat, slurm), indent=2) + "\n",
     }
     return GeneratedConfig(files)

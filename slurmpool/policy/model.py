@@ -110,7 +110,7 @@ class Policy:
     cluster: str
     gpu_backend: str  # "nvml" or "sim:<dir>"
     accounting: bool
-    slurm_version: str
+    slurm_version: str | None  # None: the installed Slurm's, detected when generating
     cgroup_plugin: str
     paths: Paths
     hooks: HookLimits
@@ -128,8 +128,3 @@ class Policy:
     @property
     def default_partition(self) -> Partition | None:
         return next((p for p in self.partitions if p.default), None)
-
-    @property
-    def slurm_version_tuple(self) -> tuple[int, int]:
-        major, minor = self.slurm_version.split(".")
-        return int(major), int(minor)

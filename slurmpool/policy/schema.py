@@ -281,9 +281,12 @@ POLICY = Obj(
             Str(
                 expected="MAJOR.MINOR like 22.05",
                 pattern=r"[0-9]{2}\.[0-9]{2}",
-                description="oldest Slurm the config must work with (gates Extra, 23.02+)",
+                description=(
+                    "the Slurm the config is for; by default the installed one (slurmd -V, "
+                    "else scontrol -V) is detected by generate-config and install: set it to "
+                    "stage a config for machines that run another Slurm"
+                ),
             ),
-            default="22.05",
         ),
         Field(
             "cgroup_plugin",

@@ -267,7 +267,7 @@ def build_policy(data: dict[str, Any], ctx: Context, cat: Catalogue) -> Policy |
         cluster=data["cluster"],
         gpu_backend=data["gpu_backend"],
         accounting=data["accounting"],
-        slurm_version=data["slurm_version"],
+        slurm_version=data.get("slurm_version"),
         cgroup_plugin=data["cgroup_plugin"],
         paths=Paths(**data["paths"]),
         hooks=HookLimits(**hooks),

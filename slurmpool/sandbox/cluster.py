@@ -18,6 +18,7 @@ reported with the ``apt-get install`` line that provides them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import secrets
 import shutil
@@ -50,6 +51,7 @@ from slurmpool.sandbox.requirements import missing_programs
 from slurmpool.sandbox.users import machine_login_users
 from slurmpool.slurm.parse import NodeInfo, parse_nodes
 from slurmpool.slurm.runner import Runner, SlurmCommandError
+from slurmpool.slurm.version import InstalledSlurm
 
 MARIADB_USER = "slurm"
 ACCOUNT = "sandbox"
@@ -517,16 +519,19 @@ class Sandbox:
 
     def _with_installed_slurm(self, policy: Policy) -> Policy:
         """The policy generating for the Slurm this machine runs, whatever version it
-        names: what the config may use (Extra in job_submit.lua, scontrol --json in
-        the prolog) depends on it."""
-        from slurmpool.slurm.version import SlurmVersionError, detect_version
+        names (see :meth:`installed_slurm`)."""
+        return dataclasses.replace(policy, slurm_version=None)
+
+    @functools.cached_property
+    def installed_slurm(self) -> InstalledSlurm:
+        """The Slurm the sandbox runs: what its config may use (Extra in
+        job_submit.lua, scontrol --json in the prolog) depends on it."""
+        from slurmpool.slurm.version import SlurmVersionError, installed_version
 
         try:
-            # slurmd -V reads no slurm.conf (scontrol -V does on 24.11+).
-            v = detect_version(self.runner, "slurmd")
-        except (SlurmCommandError, SlurmVersionError) as e:
+            return installed_version(self.runner)
+        except SlurmVersionError as e:
             raise SandboxError(f"cannot tell the installed Slurm's version: {e}") from None
-        return dataclasses.replace(policy, slurm_version=f"{v.major}.{v.minor:02d}")
 
     def _with_ports(self, policy: Policy, ports: dict[str, int]) -> Policy:
         """The policy with every node group's NodeAddr/Port set to the chosen loopback ports."""
@@ -827,7 +832,7 @@ class Sandbox:
     def _install(self, policy: Policy, state: SandboxState, options: SandboxOptions) -> None:
         from slurmpool.configgen import generate
 
-        generated = generate(policy)
+        generated = generate(policy, installed=self.installed_slurm)
         python, python_path = hook_interpreter(options)
         target = target_for_policy(
             policy,

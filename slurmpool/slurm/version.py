@@ -1,4 +1,10 @@
-"""Slurm version detection and the features each version gates."""
+"""Slurm version detection and the features each version gates.
+
+The installed Slurm is detected (``slurmd -V``, else ``scontrol -V``) when a
+config is generated or installed; a policy's ``slurm_version`` overrides it for
+staging a config for other machines.  Everything else asks a
+:class:`SlurmVersion` whether it ``supports`` a feature, never compares numbers.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +38,16 @@ class SlurmVersion:
 
     def __str__(self) -> str:
         return f"{self.major:02d}.{self.minor:02d}.{self.micro}"
+
+    @property
+    def release(self) -> str:
+        """``MAJOR.MINOR`` (``24.11``): what a config is generated for."""
+        return f"{self.major:02d}.{self.minor:02d}"
+
+    @property
+    def shown(self) -> str:
+        """``24.11.5``; ``24.11`` for a release named without its micro version."""
+        return str(self) if self.micro else self.release
 
     def at_least(self, major: int, minor: int, micro: int = 0) -> bool:
         return (self.major, self.minor, self.micro) >= (major, minor, micro)
@@ -73,3 +89,30 @@ def detect_version(runner: Runner, program: str = "scontrol") -> SlurmVersion:
     """Ask ``program -V`` (scontrol, slurmd, slurmctld) for the installed version."""
     result = runner.run(program, "-V", timeout=10)
     return parse_version(result.stdout or result.stderr)
+
+
+# slurmd -V reads no slurm.conf; scontrol -V (a login host has no slurmd) needs one
+# on 24.11+ (SLURM_FACTS.md), which a host it is worth generating on has.
+DETECT_PROGRAMS = ("slurmd", "scontrol")
+
+
+@record(frozen=True, slots=True)
+class InstalledSlurm:
+    """A Slurm version and how it became known (``slurmd -V``, ``policy``...)."""
+
+    version: SlurmVersion
+    detected_by: str
+
+
+def installed_version(runner: Runner) -> InstalledSlurm:
+    """The Slurm installed here: the first of :data:`DETECT_PROGRAMS` that answers
+    ``-V``.  Raises SlurmVersionError naming what each one said."""
+    from slurmpool.slurm.runner import SlurmCommandError
+
+    tried = []
+    for program in DETECT_PROGRAMS:
+        try:
+            return InstalledSlurm(detect_version(runner, program), f"{program} -V")
+        except (SlurmCommandError, SlurmVersionError) as e:
+            tried.append(str(e) if isinstance(e, SlurmCommandError) else f"{program} -V: {e}")
+    raise SlurmVersionError("no installed Slurm answered: " + "; ".join(tried))

@@ -34,7 +34,7 @@ def device_paths(gres_conf: str) -> list[str]:
 def test_slurmd_parses_generated_gres_conf(cluster: Cluster, tmp_path: Path, example: Path) -> None:
     root = tmp_path / "root"
     policy = load_policy(example, variables={"root": str(root)})
-    files = generate(policy).files
+    files = generate(policy, installed=cluster.sandbox.installed_slurm).files
     etc = tmp_path / "etc"
     etc.mkdir()
     (etc / "gres.conf").write_text(files["gres.conf"])

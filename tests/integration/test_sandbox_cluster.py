@@ -105,10 +105,14 @@ def test_doctor_passes_on_each_node(cluster: Cluster) -> None:
             "gpu-backend",
             "mig-mode",
             "slurm-node",
+            "slurm-version",
             "slurmd-gres",
             "hooks",
             "state-dir",
         } <= checks
+        # The sandbox generated its config for the Slurm it runs, detected.
+        version = next(f for f in report["findings"] if f["check"] == "slurm-version")
+        assert "as the config was generated for (slurmd -V)" in version["message"]
 
 
 def test_doctor_outside_the_node_namespace_finds_the_device_problem(cluster: Cluster) -> None:

@@ -50,9 +50,10 @@ def test_uninstall_restores_and_reinstall_works(cluster: Cluster) -> None:
         python_path=python_path,
         timeout_bin=cluster.slurm.which("timeout"),
     )
-    apply(plan_install(target, generate(policy).files))
+    files = generate(policy, installed=cluster.sandbox.installed_slurm).files
+    apply(plan_install(target, files))
     assert {p: digest(p) for p in etc.iterdir() if p.is_file()} == installed
-    assert plan_install(target, generate(policy).files).empty
+    assert plan_install(target, files).empty
 
     cluster.slurm.run("scontrol", "reconfigure", timeout=30)
     job = cluster.submit("--gres=vgpu:1", "-o", "/dev/null", "--wrap", "true", user="sp-bob")

@@ -56,6 +56,27 @@ def test_report_over_recorded_output() -> None:
     assert rep.groups["user"]["spx-carol"].requeues == 1
 
 
+@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
+def test_report_over_each_slurm(version: str) -> None:
+    """The report's sacct query as each Slurm answers it, recorded on the sandbox by
+    record-sandbox.sh: a vgpu:3 job (3g.40gb, its summary pushed by monitord behind
+    a site's word), a gpu:1 job, a job cancelled while pending, one that ran."""
+    lines = (DATA.parent / f"slurm-{version}" / "sacct-report-sandbox.txt").read_text()
+    recs = list(parse_lines(lines.splitlines()))
+    assert [r.state for r in recs] == ["CANCELLED", "CANCELLED", "CANCELLED", "COMPLETED"]
+    vgpu, gpu = recs[0], recs[1]
+    assert "gres/vgpu=3" in vgpu.alloc_tres and "gres/gpu=1" in gpu.alloc_tres
+    assert recs[2].nodes == "None assigned" and recs[2].start == "None"
+    day = vgpu.start[:10]
+    agg = Aggregator(_ts(f"{day}T00:00:00"), _ts(f"{day}T23:59:59"))
+    agg.add_lines(lines.splitlines(keepends=True))
+    rep = agg.result()
+    assert rep.records == 4 and rep.bad_comments == 0
+    assert rep.groups["profile"]["3g.40gb"].jobs == 1
+    root = rep.groups["user"]["root"]
+    assert root.alloc_h == pytest.approx((3 / 7 * vgpu.elapsed_s + gpu.elapsed_s) / 3600)
+
+
 def _line(
     job: str,
     user: str,

@@ -1,7 +1,9 @@
-"""Parsers on recorded real Slurm 22.05 output (tests/data/slurm-22.05/)."""
+"""Parsers on real Slurm output recorded on the sandbox cluster with each Slurm
+slurmpool is tested on (tests/data/slurm-<version>/, made by record-sandbox.sh)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,14 +18,26 @@ from slurmpool.slurm import (
     parse_slurmd_gres,
 )
 
-DATA = Path(__file__).parent / "data" / "slurm-22.05"
+DATA = Path(__file__).parent / "data"
+VERSIONS = sorted(
+    p.name.removeprefix("slurm-")
+    for p in DATA.glob("slurm-*")
+    if (p / "show-node-idle.txt").exists()
+)
 
 
-def read(name: str) -> str:
-    return (DATA / name).read_text()
+def test_every_tested_slurm_is_recorded() -> None:
+    assert VERSIONS == ["22.05", "24.11", "26.05"]
 
 
-def test_idle_nodes() -> None:
+@pytest.fixture(params=VERSIONS)
+def read(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``read(name)``: the recorded file ``name`` of one Slurm version."""
+    directory = DATA / f"slurm-{request.param}"
+    return lambda name: (directory / name).read_text()
+
+
+def test_idle_nodes(read: Callable[[str], str]) -> None:
     nodes = parse_nodes(read("show-node-idle.txt"))
     assert [n.name for n in nodes] == ["sbx1", "sbx2"]
     for n in nodes:
@@ -34,18 +48,18 @@ def test_idle_nodes() -> None:
         assert n.record["NodeAddr"] == "127.0.0.1"
         assert n.record["OS"].startswith("Linux ")
         assert " #1 SMP" in n.record["OS"]
-        assert n.record["CfgTRES"] == "cpu=8,mem=4000M,billing=8,gres/gpu=1,gres/vgpu=14"
+        assert n.record["CfgTRES"] == "cpu=16,mem=4000M,billing=16,gres/gpu=1,gres/vgpu=14"
 
 
-def test_allocated_node_is_mixed() -> None:
+def test_allocated_node_is_mixed(read: Callable[[str], str]) -> None:
     nodes = {n.name: n for n in parse_nodes(read("show-node-allocated.txt"))}
     assert nodes["sbx1"].state == "MIXED"
     assert nodes["sbx1"].available
-    assert "gres/gpu=1" in (nodes["sbx1"].record["AllocTRES"])
+    assert "gres/gpu=1,gres/vgpu=3" in nodes["sbx1"].record["AllocTRES"]
     assert nodes["sbx2"].state == "IDLE"
 
 
-def test_drained_node_reason_keeps_spaces() -> None:
+def test_drained_node_reason_keeps_spaces(read: Callable[[str], str]) -> None:
     (node,) = parse_nodes(read("show-node-drained.txt"))
     assert node.state == "IDLE"
     assert node.flags == ("DRAIN",)
@@ -54,13 +68,14 @@ def test_drained_node_reason_keeps_spaces() -> None:
     assert node.reason.startswith("maintenance by admin [root@")
 
 
-def test_running_vgpu_job_with_hostile_name() -> None:
+def test_running_vgpu_job_with_hostile_name(read: Callable[[str], str]) -> None:
     (job,) = parse_jobs(read("show-job-running-d.txt"))
     assert job.name == 'hostile "q" $(touch /tmp/pwned) `id`'
     assert job.state == "RUNNING"
     assert job.user == "root" and job.uid == 0
     assert job.partition == "pool"
     assert job.node_list == "sbx1"
+    # gres:vgpu:3 on 22.05, gres/vgpu:3 from 24.11: the same Gres.
     assert job.tres_per_node == (Gres("vgpu", None, 3),)
     assert job.comment is not None and job.comment.strip() == "c1 x=y"
     assert job.admin_comment is not None and job.admin_comment.strip() == "sp1:ABC def"
@@ -69,7 +84,18 @@ def test_running_vgpu_job_with_hostile_name() -> None:
     assert [(g.name, g.count) for g in job.details[0].gres] == [("vgpu", 3)]
 
 
-def test_running_gpu_job_detail_index() -> None:
+def test_submit_line_is_one_value() -> None:
+    # 26.05 prints the user's command line; its "x=y" is not a key of the record.
+    (job,) = parse_jobs((DATA / "slurm-26.05" / "show-job-running-d.txt").read_text())
+    line = job.record["SubmitLine"]
+    assert line.startswith("sbatch --parsable") and line.endswith(
+        "--comment c1 x=y --wrap sleep 600"
+    )
+    assert "x" not in job.record
+    assert job.reason is None  # "Reason=None Dependency=(null)": Reason ends at Dependency
+
+
+def test_running_gpu_job_detail_index(read: Callable[[str], str]) -> None:
     (job,) = parse_jobs(read("show-job-gpu-running-d.txt"))
     assert job.tres_per_node == (Gres("gpu", None, 1),)
     (detail,) = job.details
@@ -85,26 +111,28 @@ def test_running_gpu_job_detail_index() -> None:
         ("show-job-newline-name.txt", "COMPLETED"),
     ],
 )
-def test_job_states(name: str, state: str) -> None:
+def test_job_states(read: Callable[[str], str], name: str, state: str) -> None:
     (job,) = parse_jobs(read(name))
     assert job.state == state
     assert job.record.get("WorkDir") == "/tmp"
 
 
-def test_newline_in_job_name_stays_in_the_name() -> None:
+def test_newline_in_job_name_stays_in_the_name(read: Callable[[str], str]) -> None:
+    # 26.05 also prints the submit command line (SubmitLine=), newline and all.
     (job,) = parse_jobs(read("show-job-newline-name.txt"))
     assert job.name == "two\nlines"
     assert job.user == "root"
 
 
-def test_pending_job_has_no_nodes() -> None:
+def test_pending_job_has_no_nodes(read: Callable[[str], str]) -> None:
     (job,) = parse_jobs(read("show-job-pending.txt"))
     assert job.node_list is None
-    assert job.reason is not None
+    assert job.reason == "Resources"
     assert job.tres_per_node == (Gres("vgpu", None, 14),)
 
 
-def test_slurmd_G() -> None:
+def test_slurmd_G(read: Callable[[str], str]) -> None:
+    # "slurmd: Gres ..." up to 24.11, "[timestamp] Gres ..." on 26.05, other lines between.
     entries = parse_slurmd_gres(read("slurmd-G-sbx1.txt"))
     assert [(e.name, e.type, e.count, e.index) for e in entries] == [
         ("gpu", "a100", 1, 2),
@@ -114,7 +142,7 @@ def test_slurmd_G() -> None:
     assert entries[1].file is None
 
 
-def test_oneliner_and_multiline_agree() -> None:
+def test_oneliner_and_multiline_agree(read: Callable[[str], str]) -> None:
     text = read("show-node-idle.txt")
     multi = parse_records(text, "NodeName")
     one = "\n".join(

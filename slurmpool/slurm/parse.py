@@ -27,13 +27,15 @@ if TYPE_CHECKING:
 
 _KEY_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_:/.\-]*)=(.*)$", re.S)
 
-# Keys whose value is the rest of the line in multi-line output.
-REST_OF_LINE_KEYS = frozenset(
+# Keys whose value is the rest of the line in multi-line output: free text, last
+# on its line.  A job's Reason is not (``Reason=Resources Dependency=(null)``); a
+# node's is.  SubmitLine (26.05) is the user's whole command line.
+NODE_TEXT_KEYS = frozenset({"OS", "Reason", "Comment", "Extra"})
+JOB_TEXT_KEYS = frozenset(
     {
         "JobName",
-        "OS",
-        "Reason",
         "Command",
+        "SubmitLine",
         "WorkDir",
         "StdErr",
         "StdIn",
@@ -44,6 +46,7 @@ REST_OF_LINE_KEYS = frozenset(
         "Extra",
     }
 )
+_TEXT_KEYS = {"NodeName": NODE_TEXT_KEYS, "JobId": JOB_TEXT_KEYS}
 
 
 @record(frozen=True, slots=True)
@@ -78,8 +81,11 @@ class Record:
         return out
 
 
-def _line_pairs(line: str, rest_of_line: bool = True) -> Iterator[tuple[str | None, str]]:
-    """Split one line into (key, value) pieces; key None continues the previous value."""
+def _line_pairs(
+    line: str, rest_of_line: frozenset[str] = frozenset()
+) -> Iterator[tuple[str | None, str]]:
+    """Split one line into (key, value) pieces; key None continues the previous value.
+    A key in ``rest_of_line`` takes the rest of the line."""
     tokens = line.split()
     i = 0
     while i < len(tokens):
@@ -89,7 +95,7 @@ def _line_pairs(line: str, rest_of_line: bool = True) -> Iterator[tuple[str | No
             i += 1
             continue
         key, value = m.group(1), m.group(2)
-        if rest_of_line and key in REST_OF_LINE_KEYS:
+        if key in rest_of_line:
             # Keep the original spacing of the rest of the line.
             start = line.index(tokens[i]) + len(key) + 1
             yield key, line[start:].rstrip("\n")
@@ -110,6 +116,9 @@ def parse_records(text: str, first_key: str) -> list[Record]:
     """
     lines = text.splitlines()
     multiline = any(line[:1].isspace() and line.strip() for line in lines)
+    text_keys = (
+        _TEXT_KEYS.get(first_key, NODE_TEXT_KEYS | JOB_TEXT_KEYS) if multiline else frozenset()
+    )
     records: list[list[tuple[str, str]]] = []
     for raw in lines:
         if not raw.strip():
@@ -126,7 +135,7 @@ def parse_records(text: str, first_key: str) -> list[Record]:
             pairs[-1] = (k, v + "\n" + raw)
             continue
         line = raw.lstrip()
-        for key, value in _line_pairs(line, rest_of_line=multiline):
+        for key, value in _line_pairs(line, text_keys):
             if key is None:
                 if pairs:
                     k, v = pairs[-1]
@@ -249,7 +258,8 @@ def parse_jobs(text: str) -> list[JobInfo]:
                 user=user,
                 uid=uid,
                 state=(rec.get("JobState") or "UNKNOWN").upper(),
-                reason=_null(rec.get("Reason")),
+                # "None" is Slurm's word for no reason (a running or finished job).
+                reason=_null(rec.get("Reason")) if rec.get("Reason") != "None" else None,
                 partition=_null(rec.get("Partition")),
                 node_list=_null(rec.get("NodeList")),
                 tres_per_node=tuple(parse_gres(_null(rec.get("TresPerNode")))),

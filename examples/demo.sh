@@ -24,11 +24,18 @@ export PATH="$venv/bin:$PATH"
 id "$user" >/dev/null 2>&1 || useradd -m "$user"
 
 cleanup() {
+  local rc=$?
   if [ -n "${SLURMPOOL_DEMO_KEEP:-}" ]; then
     echo "sandbox left running: eval \"\$(slurmpool sandbox env --dir $dir)\"; slurmpool sandbox down --dir $dir"
   elif [ -f "$dir/sandbox.json" ]; then
     say "sandbox down"
-    slurmpool sandbox down --dir "$dir" || true
+    if [ "$rc" -ne 0 ]; then
+      # A failed demo keeps the sandbox's logs (the next `sandbox up` clears them).
+      slurmpool sandbox down --dir "$dir" --keep || true
+      echo "the demo failed; the sandbox's logs are kept in $dir/log and $dir/hosts/*/state"
+    else
+      slurmpool sandbox down --dir "$dir" || true
+    fi
   fi
 }
 

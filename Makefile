@@ -18,7 +18,7 @@ help:
 	@echo "make bench          benchmarks (placement, generate-config, ...)"
 	@echo "make package-test   build a wheel, install it in a fresh venv, run it elsewhere"
 	@echo "make fresh-check    make demo and make test, literally, in a fresh minimal Debian root"
-	@echo "make matrix         make test on newer Slurm and Python: Debian trixie and sid roots"
+	@echo "make matrix         make test and make demo on newer Slurm and Python: Debian trixie, sid"
 	@echo "                    (SLURMPOOL_SLURM_ROOT=trixie for one; see .ci/matrix)"
 
 # Debian packages and the venv with every test need (dev and report extras, Lua 5.1).

@@ -167,7 +167,7 @@ def check_gpus(config: NodeConfig, cls: NodeClassConfig, spec: str | None) -> It
             continue
         if have.model != want.model:
             bad_models.append(f"GPU {want.index}: {have.model or have.name} (policy: {want.model})")
-        want_mig = want.mode in ("mig", "mig-static")
+        want_mig = want.mode.mig_enabled
         if have.mig_current != want_mig or have.mig_pending != want_mig:
             state = "on" if have.mig_current else "off"
             pending = "" if have.mig_pending == have.mig_current else ", change pending a GPU reset"

@@ -12,6 +12,7 @@ from slurmpool.catalogue import Catalogue
 from slurmpool.configgen.nodeconfig import PoolingPolicy, parse_node_config
 from slurmpool.gpu.backend import GpuInfo
 from slurmpool.gpu.select import sim_state_dir
+from slurmpool.modes import GpuMode
 from slurmpool.placement import GpuOccupancy, PlacedInstance, Placement
 from slurmpool.pooling import passthrough
 from slurmpool.pooling.exports import exports
@@ -173,7 +174,7 @@ def _alloc(**kw: object) -> Allocation:
         job_id="1",
         user="u",
         uid=1000,
-        mode="shared",
+        mode=GpuMode.SHARED,
         gpu_index=0,
         gpu_uuid="GPU-a",
         profile=None,
@@ -219,7 +220,7 @@ def test_mps_env_is_proportional() -> None:
 
 
 def test_exports_per_mode() -> None:
-    mig = _alloc(mode="mig", profile="2g.20gb", mig_uuid="MIG-x", shares=None)
+    mig = _alloc(mode=GpuMode.MIG, profile="2g.20gb", mig_uuid="MIG-x", shares=None)
     assert exports([mig]) == [
         "export CUDA_VISIBLE_DEVICES=MIG-x",
         "export SLURMPOOL_GPU_UUID=GPU-a",
@@ -236,7 +237,7 @@ def test_exports_per_mode() -> None:
 
 
 def test_a_simulated_node_tells_its_jobs_where_its_gpus_are() -> None:
-    mig = _alloc(mode="mig", profile="1g.10gb", mig_uuid="MIG-y", shares=None)
+    mig = _alloc(mode=GpuMode.MIG, profile="1g.10gb", mig_uuid="MIG-y", shares=None)
     lines = exports([mig], sim_state_dir("sim:/srv/node/sim"))
     assert lines[-1] == "export SLURMPOOL_SIM_STATE=/srv/node/sim"
     assert exports([], "/srv/node/sim") == []  # a job without GPUs gets nothing

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from slurmpool.modes import GpuMode
 from slurmpool.state import store as store_module
 from slurmpool.state.store import NewAllocation, NodeStore, open_node_store, store_path
 
@@ -41,7 +42,7 @@ def test_migrates_from_core_schema_1(tmp_path: Path) -> None:
                     job_id="8",
                     user="bob",
                     uid=1001,
-                    mode="passthrough",
+                    mode=GpuMode.PASSTHROUGH,
                     gpu_index=2,
                     gpu_uuid="GPU-2",
                     owner_pid=42,

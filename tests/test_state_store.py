@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmpool.modes import GpuMode
 from slurmpool.state import store as store_module
 from slurmpool.state.store import (
     ACTIVE,
@@ -25,7 +26,7 @@ def _new(job: str, start: int = 0) -> NewAllocation:
         job_id=job,
         user="alice",
         uid=1000,
-        mode="mig",
+        mode=GpuMode.MIG,
         gpu_index=0,
         gpu_uuid="GPU-0",
         profile="1g.10gb",

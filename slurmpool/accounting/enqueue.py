@@ -11,6 +11,7 @@ import time
 
 from slurmpool.accounting import outbox
 from slurmpool.accounting.summary import Carved, node_summary
+from slurmpool.modes import GpuMode
 from slurmpool.monitor.samples import DeviceTotals, job_samples, job_totals
 from slurmpool.state.store import open_node_store, store_path
 
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from slurmpool.state.store import Allocation, NodeStore
-
-_KIND = {"mig": "mig", "shared": "share", "passthrough": "gpu"}
 
 
 def carved_from(allocations: Sequence[Allocation]) -> list[Carved]:
@@ -58,9 +57,9 @@ def request_of(allocations: Sequence[Allocation]) -> dict[str, int | None]:
     slurmctld); the shares of a shared allocation are its vgpu count.
     """
     live = [a for a in allocations if a.state != "intent"]
-    shares = sum(a.shares or 0 for a in live if a.mode == "shared")
-    gpus = len({a.gpu_index for a in live if a.mode == "passthrough"})
-    mig = [_int_or_none(a.details.get("vgpu")) for a in live if a.mode == "mig"]
+    shares = sum(a.shares or 0 for a in live if a.mode is GpuMode.SHARED)
+    gpus = len({a.gpu_index for a in live if a.mode is GpuMode.PASSTHROUGH})
+    mig = [_int_or_none(a.details.get("vgpu")) for a in live if a.mode is GpuMode.MIG]
     vgpu = max((n for n in mig if n is not None), default=None) or shares or None
     return {"vgpu": vgpu, "gpu": gpus or None}
 
@@ -72,7 +71,7 @@ def _unsampled(
     seen = {(t.gpu_index, t.gi_id) for t in totals}
     out = []
     for c in carved:
-        gi = c.gi if c.mode == "mig" else None
+        gi = c.gi if c.mode is GpuMode.MIG else None
         if (c.gpu, gi) in seen:
             continue
         out.append(
@@ -80,7 +79,7 @@ def _unsampled(
                 job_id=job_id,
                 gpu_index=c.gpu,
                 gi_id=gi,
-                kind=_KIND.get(c.mode, "gpu"),
+                kind=c.mode.device_kind,
                 model=None,
                 profile=c.profile,
                 slices=None,

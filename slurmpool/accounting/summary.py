@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+from slurmpool.modes import DeviceKind, GpuMode
 from slurmpool.records import record
 
 TYPE_CHECKING = False
@@ -48,7 +49,7 @@ class Carved:
     """What the hooks gave the job on one GPU (from an allocation record)."""
 
     gpu: int
-    mode: str
+    mode: GpuMode
     profile: str | None = None
     placement: tuple[int, int] | None = None
     gi: int | None = None
@@ -58,7 +59,7 @@ class Carved:
     total_shares: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"gpu": self.gpu, "mode": self.mode}
+        d: dict[str, Any] = {"gpu": self.gpu, "mode": self.mode.value}
         for key in ("profile", "gi", "ci", "uuid", "shares", "total_shares"):
             value = getattr(self, key)
             if value is not None:
@@ -139,7 +140,7 @@ def device_summary(
         "util_source": totals.util_source if totals.util_n else None,
         "mem_max_mib": totals.mem_max_mib,
         "mem_total_mib": totals.mem_total_mib,
-        "energy_j": _round(totals.energy_j, 0) if totals.kind == "gpu" else None,
+        "energy_j": _round(totals.energy_j, 0) if totals.kind == DeviceKind.GPU else None,
         "samples": totals.n,
         "duration_s": round(duration, 1),
     }
@@ -246,7 +247,7 @@ def _share_fractions(part: Mapping[str, Any]) -> dict[Any, tuple[int, int]]:
     out = {}
     for c in part.get("carved", ()):
         n, total = c.get("shares"), c.get("total_shares")
-        if c.get("mode") == "shared" and n and total:
+        if c.get("mode") == GpuMode.SHARED and n and total:
             out[c.get("gpu")] = (int(n), int(total))
     return out
 
@@ -261,9 +262,9 @@ def devices(document: Mapping[str, Any]) -> list[DeviceUse]:
         shares = {c.get("gpu"): c.get("shares") for c in part.get("carved", ()) if c.get("shares")}
         for d in part.get("devices", ()):
             slices, of = d.get("slices"), d.get("of")
-            if d.get("kind") == "mig" and slices and of:
+            if d.get("kind") == DeviceKind.MIG and slices and of:
                 weight = slices / of
-            elif d.get("kind") == "share" and d.get("gpu") in shares:
+            elif d.get("kind") == DeviceKind.SHARE and d.get("gpu") in shares:
                 weight = shares[d.get("gpu")][0] / shares[d.get("gpu")][1]
             else:
                 weight = 1.0
@@ -314,9 +315,9 @@ def weighted_util(uses: Iterable[DeviceUse]) -> float | None:
 
 
 def _weight_text(d: Mapping[str, Any], shares: Mapping[Any, tuple[int, int]]) -> str:
-    if d.get("kind") == "mig" and d.get("slices") and d.get("of"):
+    if d.get("kind") == DeviceKind.MIG and d.get("slices") and d.get("of"):
         return f"{int(d['slices'])}/{int(d['of'])}"
-    if d.get("kind") == "share" and d.get("gpu") in shares:
+    if d.get("kind") == DeviceKind.SHARE and d.get("gpu") in shares:
         n, total = shares[d.get("gpu")]
         return f"{n}/{total}"
     return "1"

@@ -24,6 +24,7 @@ from slurmpool.configgen.nodeconfig import (
     NodeConfigError,
     load_node_config,
 )
+from slurmpool.modes import GpuMode
 from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
 from slurmpool.state.store import StateStoreError, store_path
 
@@ -62,7 +63,7 @@ class NodeContext:
     store_path: Path
     raw: dict[str, Any]
 
-    def gpu_modes(self) -> dict[int, str]:
+    def gpu_modes(self) -> dict[int, GpuMode]:
         cls = self.config.node_class(self.node)
         return {g.index: g.mode for g in cls.gpus} if cls is not None else {}
 

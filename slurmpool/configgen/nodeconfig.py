@@ -2,7 +2,7 @@
 
 Everything a hook needs at job time, without the policy, YAML, jinja2 or
 the catalogue: the hooks load this on every job start, so this module
-imports only the standard library, :mod:`slurmpool.hostlist` and
+imports only the standard library, :mod:`slurmpool.hostlist`, :mod:`slurmpool.modes` and
 :mod:`slurmpool.records` (neither :mod:`dataclasses`, :mod:`typing` nor
 :mod:`pathlib`: see :mod:`slurmpool.records`).
 """
@@ -13,6 +13,7 @@ import json
 import os
 
 from slurmpool.hostlist import HostList
+from slurmpool.modes import GpuMode
 from slurmpool.records import record
 
 TYPE_CHECKING = False
@@ -34,7 +35,7 @@ class NodeGpu:
     index: int
     minor: int
     model: str
-    mode: str  # passthrough | mig | mig-static | shared
+    mode: GpuMode
     shares: int
     mps: bool
     vfio: bool
@@ -43,7 +44,7 @@ class NodeGpu:
 
     @property
     def pooled(self) -> bool:
-        return self.mode in ("mig", "shared")
+        return self.mode.pooled
 
 
 @record(frozen=True)
@@ -152,7 +153,7 @@ def _gpu(d: dict[str, Any]) -> NodeGpu:
         index=int(d["index"]),
         minor=int(d["minor"]),
         model=str(d["model"]),
-        mode=str(d["mode"]),
+        mode=GpuMode(d["mode"]),
         shares=int(d["shares"]),
         mps=bool(d["mps"]),
         vfio=bool(d["vfio"]),

@@ -12,6 +12,7 @@ from typing import Any
 from slurmpool.catalogue import Catalogue, GpuModel
 from slurmpool.configgen.inventory import ConfigError, Inventory, InventoryGpu
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_SCHEMA
+from slurmpool.modes import GpuMode
 from slurmpool.placement import engine_for
 from slurmpool.policy.model import GpuSpec, NodeGroup, Policy
 from slurmpool.policy.validate import carve_sizes
@@ -126,14 +127,14 @@ def plan_class(
             "index": spec.index,
             "minor": minor,
             "model": spec.model,
-            "mode": spec.mode,
+            "mode": spec.mode.value,
             "shares": spec.shares,
             "mps": spec.mps,
             "vfio": spec.vfio,
             "layout": list(spec.layout),
             "slurm_type": spec.slurm_type,
         }
-        if spec.mode == "passthrough":
+        if spec.mode is GpuMode.PASSTHROUGH:
             lines.append(
                 GresLine(
                     f"NodeName={nodes} Name=gpu Type={spec.slurm_type} "
@@ -142,7 +143,7 @@ def plan_class(
                 )
             )
             gres_counts[f"gpu:{spec.slurm_type}"] = gres_counts.get(f"gpu:{spec.slurm_type}", 0) + 1
-        elif spec.mode == "mig-static":
+        elif spec.mode is GpuMode.MIG_STATIC:
             instances = _static_instances(spec, model, found, minor)
             for profile, gi, ci, how in instances:
                 t = mig_type_name(spec, profile)
@@ -240,7 +241,7 @@ def lua_pools(policy: Policy, cat: Catalogue) -> list[LuaPool]:
 def node_config(
     policy: Policy, classes: list[NodeClass], cat: Catalogue, slurm: InstalledSlurm
 ) -> dict[str, Any]:
-    models = sorted({g.model for c in classes for g in c.group.gpus if g.mode == "mig"})
+    models = sorted({g.model for c in classes for g in c.group.gpus if g.mode is GpuMode.MIG})
     return {
         "schema": NODE_CONFIG_SCHEMA,
         "cluster": policy.cluster,

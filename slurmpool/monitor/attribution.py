@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmpool.modes import GpuMode
 from slurmpool.slurm.runner import Runner, SlurmCommandError
 from slurmpool.state.store import Allocation
 
@@ -55,13 +56,13 @@ def from_allocations(allocations: Iterable[Allocation]) -> Attribution:
         if a.state not in ("active", "releasing"):
             continue
         ref = JobRef(a.job_id, a.user, a.uid)
-        if a.mode == "mig" and a.gi_id is not None:
+        if a.mode is GpuMode.MIG and a.gi_id is not None:
             att.instances[(a.gpu_index, a.gi_id)] = ref
         else:
             refs = att.gpus.setdefault(a.gpu_index, [])
             if all(r.job_id != ref.job_id for r in refs):
                 refs.append(ref)
-            if a.mode == "shared" and a.shares:
+            if a.mode is GpuMode.SHARED and a.shares:
                 att.shares[(a.gpu_index, a.job_id)] = a.shares
     return att
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from slurmpool.gpu.backend import GpuBackend, GpuBackendError, GpuInfo, MigInstance, SmSample
+from slurmpool.modes import GpuMode
 from slurmpool.monitor.attribution import Attribution, JobRef, PidResolver
 from slurmpool.monitor.samples import KIND_GPU, KIND_MIG, KIND_SHARE, DeviceSample
 
@@ -70,7 +71,7 @@ class Sampler:
         backend: GpuBackend,
         node: str,
         *,
-        modes: dict[int, str] | None = None,
+        modes: dict[int, GpuMode] | None = None,
         total_slices: Callable[[str | None], int | None] | None = None,
         pids: PidResolver | None = None,
         refresh_every: int = 60,
@@ -255,7 +256,7 @@ class Sampler:
         for u in uses:
             if u.job is not None and u.job.job_id not in jobs:
                 jobs[u.job.job_id] = u.job
-        shared = self.modes.get(g.index) == "shared" or len(jobs) > 1
+        shared = self.modes.get(g.index) is GpuMode.SHARED or len(jobs) > 1
 
         def row(kind: str, job: JobRef | None, used: int | None, n: int) -> DeviceSample:
             return DeviceSample(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 
+from slurmpool.modes import DeviceKind
 from slurmpool.records import record
 from slurmpool.state.store import register_migrations
 
@@ -33,10 +34,10 @@ if TYPE_CHECKING:
 COMPONENT = "monitor"
 WHOLE_GPU = -1  # gi_id stored for a whole GPU (a key column cannot be NULL)
 
-KIND_GPU = "gpu"  # a whole GPU (passthrough)
-KIND_MIG = "mig"  # a MIG instance
-KIND_SHARE = "share"  # a time-sliced share of a GPU
-KINDS = (KIND_GPU, KIND_MIG, KIND_SHARE)
+KIND_GPU = DeviceKind.GPU  # a whole GPU (passthrough)
+KIND_MIG = DeviceKind.MIG  # a MIG instance
+KIND_SHARE = DeviceKind.SHARE  # a time-sliced share of a GPU
+KINDS = tuple(DeviceKind)
 
 register_migrations(
     COMPONENT,

@@ -11,8 +11,8 @@ from functools import cached_property
 from typing import Literal
 
 from slurmpool.hostlist import HostList
+from slurmpool.modes import GpuMode
 
-GpuMode = Literal["passthrough", "mig", "mig-static", "shared"]
 VgpuUnit = Literal["compute-slice", "share"]
 
 
@@ -32,7 +32,7 @@ class GpuSpec:
 
     @property
     def pooled(self) -> bool:
-        return self.mode in ("mig", "shared")
+        return self.mode.pooled
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from slurmpool.modes import MODES, GpuMode
 from slurmpool.policy.fields import (
     VAR_PATTERN,
     Bool,
@@ -22,8 +23,6 @@ from slurmpool.policy.fields import (
 )
 
 VERSION = "v1"
-MODES = ("passthrough", "mig", "mig-static", "shared")
-POOLED_MODES = ("mig", "shared")
 VGPU_UNITS = ("compute-slice", "share")
 
 NAME = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}"
@@ -92,7 +91,7 @@ GPU = Obj(
             "vfio",
             Bool(description="the GPU may be rebound to vfio-pci for a VM job"),
             default=False,
-            when=("passthrough",),
+            when=(GpuMode.PASSTHROUGH,),
         ),
         Field(
             "layout",
@@ -101,20 +100,20 @@ GPU = Obj(
                 min_items=1,
                 description="the fixed MIG instances of each GPU",
             ),
-            when=("mig-static",),
-            required_when=("mig-static",),
+            when=(GpuMode.MIG_STATIC,),
+            required_when=(GpuMode.MIG_STATIC,),
         ),
         Field(
             "shares",
             Int(minimum=1, description="time-sliced shares per GPU (1 vgpu unit = 1 share)"),
-            when=("shared",),
-            required_when=("shared",),
+            when=(GpuMode.SHARED,),
+            required_when=(GpuMode.SHARED,),
         ),
         Field(
             "mps",
             Bool(description="enforce shares with MPS limits"),
             default=False,
-            when=("shared",),
+            when=(GpuMode.SHARED,),
         ),
         Field(
             "cores",
@@ -131,7 +130,7 @@ GPU = Obj(
                 pattern=SLURM_TYPE,
                 description="override the gpu type name derived from the model (a100)",
             ),
-            when=("passthrough", "mig-static"),
+            when=(GpuMode.PASSTHROUGH, GpuMode.MIG_STATIC),
         ),
     ],
 )

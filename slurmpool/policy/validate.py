@@ -7,14 +7,14 @@ value that is missing, so one run reports every independent problem.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from slurmpool.catalogue import Catalogue, GpuModel, UnknownProfileError
 from slurmpool.hostlist import HostList, HostlistError
+from slurmpool.modes import GpuMode
 from slurmpool.placement import engine_for
 from slurmpool.policy.fields import Context
 from slurmpool.policy.model import (
-    GpuMode,
     GpuSpec,
     HookLimits,
     NodeGroup,
@@ -31,9 +31,9 @@ def default_slurm_type(model: GpuModel) -> str:
     return model.name.split("-", 1)[0].lower()
 
 
-def units_per_gpu(mode: str, model: GpuModel, shares: int) -> int:
+def units_per_gpu(mode: GpuMode, model: GpuModel, shares: int) -> int:
     """vgpu units one pooled GPU provides: compute slices (mig) or shares (shared)."""
-    if mode == "mig" and model.mig is not None:
+    if mode is GpuMode.MIG and model.mig is not None:
         return model.mig.compute_slices
     return shares
 
@@ -92,11 +92,11 @@ def _gpus(
         else:
             indices = [next(free, -1) for _ in range(e.get("count", 0))]
         model = _resolve_model(cat, e["model"], f"{epath}.model", ctx) if "model" in e else None
-        mode = e.get("mode")
-        if model is None or mode is None:
+        if model is None or e.get("mode") is None:
             continue
+        mode = GpuMode(e["mode"])  # the schema allowed only these words
         layout: tuple[str, ...] = ()
-        if mode in ("mig", "mig-static") and model.mig is None:
+        if mode.mig_enabled and model.mig is None:
             mig_models = [m.name for m in cat if m.mig is not None]
             ctx.error(
                 f"{epath}.mode",
@@ -104,7 +104,7 @@ def _gpus(
                 f"use passthrough or shared, or a MIG model ({', '.join(mig_models)})",
             )
             continue
-        if mode == "mig-static" and "layout" in e:
+        if mode is GpuMode.MIG_STATIC and "layout" in e:
             layout_or_none = _layout(model, e["layout"], f"{epath}.layout", ctx)
             if layout_or_none is None:
                 continue
@@ -116,10 +116,10 @@ def _gpus(
                 GpuSpec(
                     index=idx,
                     model=model.name,
-                    mode=cast(GpuMode, mode),
+                    mode=mode,
                     vfio=bool(e.get("vfio", False)),
                     layout=layout,
-                    shares=int(e.get("shares", 1)) if mode == "shared" else 1,
+                    shares=int(e.get("shares", 1)) if mode is GpuMode.SHARED else 1,
                     mps=bool(e.get("mps", False)),
                     cores=e.get("cores"),
                     slurm_type=e.get("slurm_type") or default_slurm_type(model),
@@ -188,7 +188,7 @@ def _pool_geometry(
             f"shared GPUs on one node must have the same shares; got {', '.join(map(str, shares))}",
         )
         return None, 0
-    unit: VgpuUnit = "compute-slice" if modes[0] == "mig" else "share"
+    unit: VgpuUnit = "compute-slice" if modes[0] is GpuMode.MIG else "share"
     if declared_unit is not None and declared_unit != unit:
         ctx.error(
             f"{path}.vgpu_unit",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from slurmpool.modes import GpuMode
 from slurmpool.pooling.jobfile import export_line
 from slurmpool.pooling.shared import mps_env
 
@@ -18,20 +19,20 @@ def exports(allocations: Sequence[Allocation], sim_state: str | None = None) -> 
     limits for a share on an MPS-enabled GPU, and on a simulated node
     (``sim_state``) SLURMPOOL_SIM_STATE, so that the simulator's workload finds the
     job's GPUs as a CUDA program finds real ones, with no flags."""
-    order = {"mig": 0, "passthrough": 1, "shared": 2}
+    order = {GpuMode.MIG: 0, GpuMode.PASSTHROUGH: 1, GpuMode.SHARED: 2}
     allocs = sorted(allocations, key=lambda a: (order.get(a.mode, 9), a.id))
     if not allocs:
         return []
-    devices = [a.mig_uuid if a.mode == "mig" else a.gpu_uuid for a in allocs]
+    devices = [a.mig_uuid if a.mode is GpuMode.MIG else a.gpu_uuid for a in allocs]
     env: dict[str, str] = {
         "CUDA_VISIBLE_DEVICES": ",".join(d for d in devices if d),
         "SLURMPOOL_GPU_UUID": ",".join(dict.fromkeys(a.gpu_uuid for a in allocs)),
         "SLURMPOOL_MODE": ",".join(dict.fromkeys(a.mode for a in allocs)),
     }
-    profiles = [a.profile for a in allocs if a.mode == "mig" and a.profile]
+    profiles = [a.profile for a in allocs if a.mode is GpuMode.MIG and a.profile]
     if profiles:
         env["SLURMPOOL_PROFILE"] = ",".join(profiles)
-    shared = [a for a in allocs if a.mode == "shared"]
+    shared = [a for a in allocs if a.mode is GpuMode.SHARED]
     if shared:
         total = int(shared[0].details.get("total_shares", shared[0].shares or 1))
         env["SLURMPOOL_SHARES"] = f"{shared[0].shares}/{total}"

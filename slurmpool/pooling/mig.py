@@ -9,6 +9,7 @@ A GPU's occupancy is the union of the placements of its live records
 from __future__ import annotations
 
 from slurmpool.catalogue import CatalogueError
+from slurmpool.modes import GpuMode
 from slurmpool.placement import GpuOccupancy, PlacedInstance, Placement, choose_gpu
 from slurmpool.records import record
 
@@ -42,7 +43,7 @@ def occupancy(
         placed: dict[tuple[int, int], PlacedInstance] = {}
         for r in records:
             pl = r.placement
-            if r.mode == "mig" and r.gpu_index == gpu.index and pl is not None:
+            if r.mode is GpuMode.MIG and r.gpu_index == gpu.index and pl is not None:
                 placed[pl] = PlacedInstance(r.profile or "?", Placement(*pl))
         for inst in instances.get(gpu.index, ()):
             key = (inst.placement.start, inst.placement.size)

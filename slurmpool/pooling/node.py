@@ -11,6 +11,7 @@ import signal
 import time
 
 from slurmpool.gpu.backend import InvalidRequestError
+from slurmpool.modes import GpuMode
 from slurmpool.records import field, record
 from slurmpool.state.store import open_node_store
 
@@ -99,7 +100,7 @@ class Node:
     def proc_root(self) -> str:
         return self.config.path("proc_root")
 
-    def gpus(self, *modes: str) -> list[NodeGpu]:
+    def gpus(self, *modes: GpuMode) -> list[NodeGpu]:
         return [g for g in self.cls.gpus if g.mode in modes]
 
     def store(self) -> NodeStore:

@@ -14,6 +14,7 @@ drains the node.
 from __future__ import annotations
 
 from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError, NoRoomError
+from slurmpool.modes import GpuMode
 from slurmpool.placement import engine_for
 from slurmpool.placement import occupancy as occupancy_mask
 from slurmpool.pooling import caps, jobfile, owner, passthrough, vfio
@@ -147,12 +148,9 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
     try:
         if whole:
             _passthrough(node, job, whole)
-        if req.count:
-            mode = pooled_mode(node.cls)
-            if mode == "mig":
-                _mig(node, job, req.count)
-            elif mode == "shared":
-                _shared(node, job, req.count)
+        mode = pooled_mode(node.cls)
+        if req.count and mode is not None:
+            _POOLED_ALLOCATORS[mode](node, job, req.count)
     except (NoRoom, NeverHere, NoRoomError) as e:  # NoRoomError: an unrecorded instance
         _undo_job(node, job, "requeued")
         from slurmpool.pooling.requeue import requeue_job
@@ -208,7 +206,7 @@ def _undo_job(node: Node, job: Job, why: str) -> None:
 
 
 def _mig(node: Node, job: Job, count: int) -> None:
-    gpus = node.gpus("mig")
+    gpus = node.gpus(GpuMode.MIG)
     cat = node.catalogue()
     if not gpus:
         raise NeverHere(f"vgpu:{count}: node {node.name} has no MIG-pooled GPUs")
@@ -251,7 +249,7 @@ def _mig(node: Node, job: Job, count: int) -> None:
                     job_id=job.job_id,
                     user=job.user,
                     uid=job.uid,
-                    mode="mig",
+                    mode=GpuMode.MIG,
                     gpu_index=m.index,
                     gpu_uuid=m.uuid,
                     profile=profile,
@@ -304,7 +302,7 @@ def _slice_map(gpu: GpuOccupancy) -> str:
 
 
 def _shared(node: Node, job: Job, count: int) -> None:
-    gpus = node.gpus("shared")
+    gpus = node.gpus(GpuMode.SHARED)
     if not gpus:
         raise NeverHere(f"vgpu:{count}: node {node.name} has no shared GPUs")
     backend = node.backend()
@@ -327,7 +325,7 @@ def _shared(node: Node, job: Job, count: int) -> None:
                     job_id=job.job_id,
                     user=job.user,
                     uid=job.uid,
-                    mode="shared",
+                    mode=GpuMode.SHARED,
                     gpu_index=gpu.index,
                     gpu_uuid=gpu.uuid,
                     shares=n,
@@ -343,6 +341,13 @@ def _shared(node: Node, job: Job, count: int) -> None:
 
 
 # -- passthrough ---------------------------------------------------------------
+
+
+# How a vgpu:N request is carved, per pooled mode.
+_POOLED_ALLOCATORS: dict[GpuMode, Callable[[Node, Job, int], None]] = {
+    GpuMode.MIG: _mig,
+    GpuMode.SHARED: _shared,
+}
 
 
 def _passthrough(node: Node, job: Job, whole: list[NodeGpu]) -> None:
@@ -392,7 +397,7 @@ def _passthrough(node: Node, job: Job, whole: list[NodeGpu]) -> None:
                     job_id=job.job_id,
                     user=job.user,
                     uid=job.uid,
-                    mode="passthrough",
+                    mode=GpuMode.PASSTHROUGH,
                     gpu_index=g.index,
                     gpu_uuid=info.uuid,
                     owner_pid=me.pid,

@@ -16,6 +16,7 @@ a running prolog creates already has its committed intent.
 from __future__ import annotations
 
 from slurmpool.gpu.backend import GpuBackendError
+from slurmpool.modes import GpuMode
 from slurmpool.pooling import owner
 from slurmpool.pooling.mig import instance_of
 from slurmpool.pooling.release import ReleaseError, destroy, undo
@@ -50,7 +51,7 @@ def plan(
     finish = tuple(r for r in records if r.state != ACTIVE and not owner_alive(r))
     orphans = []
     for gpu_index, insts in sorted(instances.items()):
-        mine = [r for r in records if r.mode == "mig" and r.gpu_index == gpu_index]
+        mine = [r for r in records if r.mode is GpuMode.MIG and r.gpu_index == gpu_index]
         owned = {id(i) for r in mine if (i := instance_of(r, insts)) is not None}
         # A half-created instance (no CI, no UUID) at an active record's placement is
         # that record's, not an orphan.
@@ -67,7 +68,9 @@ def plan(
 def current_plan(node: Node) -> ReconcilePlan:
     store = node.store()
     records = store.live()
-    instances = {g.index: node.backend().instances(node.nvml_index(g)) for g in node.gpus("mig")}
+    instances = {
+        g.index: node.backend().instances(node.nvml_index(g)) for g in node.gpus(GpuMode.MIG)
+    }
     proc_root = node.proc_root
     return plan(records, instances, lambda r: owner.alive(r.owner_pid, r.owner_start, proc_root))
 
@@ -87,7 +90,7 @@ def apply(node: Node, todo: ReconcilePlan) -> list[str]:
         line = f"job {r.job_id} allocation {r.id} ({r.state}, hook gone): {result.detail}"
         node.log.event("reconcile", job=r.job_id, alloc=r.id, was=r.state, detail=result.detail)
         done.append(line)
-    by_index = {g.index: g for g in node.gpus("mig")}
+    by_index = {g.index: g for g in node.gpus(GpuMode.MIG)}
     for gpu_index, inst in todo.orphans:
         index = node.nvml_index(by_index[gpu_index])
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from slurmpool.gpu.backend import InUseError
+from slurmpool.modes import GpuMode
 from slurmpool.pooling import caps, vfio
 from slurmpool.pooling.mig import instance_of
 from slurmpool.pooling.procs import stop_processes
@@ -18,6 +19,8 @@ from slurmpool.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from slurmpool.configgen.nodeconfig import NodeGpu
     from slurmpool.gpu.backend import MigInstance
     from slurmpool.pooling.node import Node
@@ -70,11 +73,7 @@ def destroy(node: Node, nvml_index: int, inst: MigInstance) -> int:
 
 def undo(node: Node, record: Allocation) -> Undone:
     """Take back what ``record`` handed out; raises ReleaseError if it cannot."""
-    if record.mode == "mig":
-        return _undo_mig(node, record)
-    if record.mode == "passthrough":
-        return _undo_passthrough(node, record)
-    return Undone(record.id, f"{record.shares} share(s) of GPU {record.gpu_index} returned")
+    return _UNDO[record.mode](node, record)
 
 
 def _undo_mig(node: Node, record: Allocation) -> Undone:
@@ -111,3 +110,15 @@ def _undo_passthrough(node: Node, record: Allocation) -> Undone:
                 raise ReleaseError(f"GPU {index}: processes {left} survived SIGKILL")
             notes.append(f"stopped {len(pids)} stray process(es)")
     return Undone(record.id, ", ".join(notes) or f"GPU {record.gpu_index} returned")
+
+
+def _undo_shared(node: Node, record: Allocation) -> Undone:
+    return Undone(record.id, f"{record.shares} share(s) of GPU {record.gpu_index} returned")
+
+
+# What giving an allocation back means, per mode.
+_UNDO: dict[GpuMode, Callable[[Node, Allocation], Undone]] = {
+    GpuMode.MIG: _undo_mig,
+    GpuMode.PASSTHROUGH: _undo_passthrough,
+    GpuMode.SHARED: _undo_shared,
+}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from slurmpool.modes import GpuMode
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,7 +36,7 @@ def vgpu_claimed_in_extra(extra: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def pooled_mode(cls: NodeClassConfig) -> str | None:
+def pooled_mode(cls: NodeClassConfig) -> GpuMode | None:
     """``mig`` or ``shared`` for a node class with pooled GPUs, else None."""
     modes = {g.mode for g in cls.pooled_gpus}
     if not modes:
@@ -93,9 +95,9 @@ def gres_gpu_entries(cls: NodeClassConfig) -> list[NodeGpu | None]:
     entry, each instance of a fixed (``mig-static``) layout another (None here)."""
     out: list[NodeGpu | None] = []
     for g in sorted(cls.gpus, key=lambda g: g.index):
-        if g.mode == "passthrough":
+        if g.mode is GpuMode.PASSTHROUGH:
             out.append(g)
-        elif g.mode == "mig-static":
+        elif g.mode is GpuMode.MIG_STATIC:
             out.extend([None] * max(1, len(g.layout)))
     return out
 

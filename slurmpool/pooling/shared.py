@@ -3,6 +3,7 @@ the MPS limits that go with them."""
 
 from __future__ import annotations
 
+from slurmpool.modes import GpuMode
 from slurmpool.records import record
 
 TYPE_CHECKING = False
@@ -25,7 +26,7 @@ def free_shares(gpus: Sequence[SharedGpu], records: Sequence[Allocation]) -> dic
     """Free shares per GPU: its shares minus those of live ``shared`` records."""
     free = {g.index: g.shares for g in gpus}
     for r in records:
-        if r.mode == "shared" and r.gpu_index in free:
+        if r.mode is GpuMode.SHARED and r.gpu_index in free:
             free[r.gpu_index] -= r.shares or 0
     return free
 

@@ -9,6 +9,7 @@ import os
 import time
 
 from slurmpool.catalogue import default_catalogue
+from slurmpool.modes import GpuMode
 from slurmpool.pooling.mig import MigGpu, free_capacity, instance_of, occupancy
 from slurmpool.pooling.shared import free_shares
 from slurmpool.state.store import store_path
@@ -48,7 +49,7 @@ def node_status(node: Node) -> dict[str, Any]:
             "mode": g.mode,
             "mig": info.mig_current,
         }
-        if g.mode in ("mig", "mig-static") and info.mig_current:
+        if g.mode.mig_enabled and info.mig_current:
             insts = backend.instances(index)
             owned = {id(i): a for a in mine if (i := instance_of(a, insts)) is not None}
             entry["instances"] = [
@@ -71,14 +72,14 @@ def node_status(node: Node) -> dict[str, Any]:
                 }
                 for a in pending
             ]
-            if g.mode == "mig":
+            if g.mode is GpuMode.MIG:
                 occ = occupancy(
                     [MigGpu(g.index, cat.get(g.model), info.uuid)], records, {g.index: insts}
                 )
                 entry["free"] = free_capacity(occ)
                 for k, v in entry["free"].items():
                     free_total[k] = free_total.get(k, 0) + v
-        elif g.mode == "shared":
+        elif g.mode is GpuMode.SHARED:
             from slurmpool.pooling.shared import SharedGpu
 
             sg = SharedGpu(g.index, info.uuid, g.shares, g.mps, info.memory_total_mib)

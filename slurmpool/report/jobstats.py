@@ -16,6 +16,7 @@ from typing import Any
 
 from slurmpool.accounting.summary import DeviceUse, devices, fmt_util, unpack_series
 from slurmpool.catalogue import Catalogue
+from slurmpool.modes import DeviceKind
 
 SPARK = "▁▂▃▄▅▆▇█"
 HEADROOM = 1.1
@@ -69,7 +70,7 @@ def suggest(use: DeviceUse, catalogue: Catalogue | None) -> Suggestion | None:
     if model.mig is None:
         return None
     of = model.mig.compute_slices
-    if use.kind not in ("gpu", "mig"):
+    if use.kind not in (DeviceKind.GPU, DeviceKind.MIG):
         return None  # a share is already smaller than any MIG profile
     held = use.weight * of  # compute slices the job held on this device
     need_mem = use.mem_max_mib * HEADROOM
@@ -210,7 +211,10 @@ def render_text(view: JobView) -> str:
     if not view.devices:
         lines.append("no GPU samples for this job" + (f": {view.note}" if view.note else ""))
     for d in view.devices:
-        label = d.profile if d.kind == "mig" else ("share" if d.kind == "share" else "whole GPU")
+        if d.kind == DeviceKind.MIG:
+            label = d.profile or "MIG instance"
+        else:
+            label = "share" if d.kind == DeviceKind.SHARE else "whole GPU"
         lines.append("")
         lines.append(f"{d.node} GPU {d.gpu} {label} ({d.model or 'unknown model'})")
         lines.append(

@@ -608,8 +608,7 @@ class Sandbox:
         say("creating simulated GPUs")
         for group in policy.node_groups:
             gpus = ",".join(
-                f"{g.model}:{'mig' if g.mode in ('mig', 'mig-static') else 'nomig'}"
-                for g in group.gpus
+                f"{g.model}:{'mig' if g.mode.mig_enabled else 'nomig'}" for g in group.gpus
             )
             for name in group.hostlist.expand():
                 argv = namespace_argv(

@@ -18,6 +18,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 
+from slurmpool.modes import GpuMode
 from slurmpool.records import field, record
 
 TYPE_CHECKING = False
@@ -130,7 +131,7 @@ class Allocation:
     job_id: str
     user: str
     uid: int
-    mode: str
+    mode: GpuMode
     gpu_index: int
     gpu_uuid: str
     profile: str | None
@@ -153,6 +154,7 @@ class Allocation:
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Allocation:
         d: dict[str, Any] = dict(row)
+        d["mode"] = GpuMode(d["mode"])
         d["cap_minors"] = tuple(json.loads(d["cap_minors"]))
         d["details"] = json.loads(d.get("details") or "{}")
         return cls(**d)
@@ -172,7 +174,7 @@ class NewAllocation:
     job_id: str
     user: str
     uid: int
-    mode: str
+    mode: GpuMode
     gpu_index: int
     gpu_uuid: str
     profile: str | None = None

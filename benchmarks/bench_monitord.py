@@ -44,6 +44,7 @@ from slurmpool.monitor.exporter import make_registry
 from slurmpool.monitor.sampler import Sampler
 from slurmpool.placement import Placement
 from slurmpool.sim import attach_process, create_node
+from slurmpool.state.samples import SAMPLES
 from slurmpool.state.store import NewAllocation, NodeStore
 
 GPUS, PER_GPU = 8, 7
@@ -56,7 +57,7 @@ def build(tmp: Path) -> tuple[NvmlBackend, Path, list[subprocess.Popen[bytes]]]:
     backend = open_backend(node.backend_spec)
     holders = [subprocess.Popen(["sleep", "3600"]) for _ in range(PER_GPU)]
     db = tmp / "bench.sqlite"
-    with NodeStore(db) as store:
+    with NodeStore(db, (SAMPLES,)) as store:
         job = 1000
         for g in range(GPUS):
             for slot in range(PER_GPU):

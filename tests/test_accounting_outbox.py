@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from fake_slurmdbd import FakeDbd
 
 from slurmpool.accounting import codec, outbox
+from slurmpool.accounting.outbox import OUTBOX
 from slurmpool.accounting.push import Backoff, push_pending
 from slurmpool.cli import main
 from slurmpool.slurm.runner import Runner
@@ -30,7 +31,7 @@ def _runner(fake: FakeDbd) -> Runner:
 
 
 def _enqueue_and_exit(path: str) -> None:
-    with NodeStore(path) as store:
+    with NodeStore(path, (OUTBOX,)) as store:
         outbox.put(store, "42", "sbx1", "pool", PART)
     os._exit(0)  # no clean shutdown: the row must already be on disk
 
@@ -42,7 +43,7 @@ def test_outbox_survives_a_process_that_dies(tmp_path: Path) -> None:
     p.start()
     p.join(30)
     assert p.exitcode == 0
-    with NodeStore(db) as store:
+    with NodeStore(db, (OUTBOX,)) as store:
         (item,) = outbox.pending(store)
     assert (item.job_id, item.node, item.part) == ("42", "sbx1", PART)
 
@@ -50,7 +51,7 @@ def test_outbox_survives_a_process_that_dies(tmp_path: Path) -> None:
 def test_push_stores_verifies_and_removes(tmp_path: Path) -> None:
     fake = FakeDbd(tmp_path / "dbd")
     fake.add_job("42", 'Site "note"')
-    with NodeStore(tmp_path / "n.sqlite") as store:
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
         outbox.put(store, "42", "sbx1", "pool", PART)
         (r,) = push_pending(store, _runner(fake))
         assert r.stored, r.error
@@ -65,7 +66,7 @@ def test_dead_slurmdbd_keeps_the_summary_and_backs_off(tmp_path: Path) -> None:
     fake.add_job("42")
     fake.set_down(True)
     clock = [1000.0]
-    with NodeStore(tmp_path / "n.sqlite") as store:
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
         outbox.put(store, "42", "sbx1", "pool", PART, now=clock[0])
         outbox.put(store, "43", "sbx1", "pool", PART, now=clock[0])
         results = push_pending(store, _runner(fake), now=lambda: clock[0], backoff=Backoff(5, 60))
@@ -97,7 +98,10 @@ def test_dead_slurmdbd_keeps_the_summary_and_backs_off(tmp_path: Path) -> None:
 def test_pushing_twice_and_two_nodes_never_duplicate(tmp_path: Path) -> None:
     fake = FakeDbd(tmp_path / "dbd")
     fake.add_job("42")
-    with NodeStore(tmp_path / "a.sqlite") as a, NodeStore(tmp_path / "b.sqlite") as b:
+    with (
+        NodeStore(tmp_path / "a.sqlite", (OUTBOX,)) as a,
+        NodeStore(tmp_path / "b.sqlite", (OUTBOX,)) as b,
+    ):
         outbox.put(a, "42", "sbx1", "pool", PART)
         outbox.put(b, "42", "sbx2", "pool", PART)
         assert push_pending(a, _runner(fake))[0].stored
@@ -110,7 +114,7 @@ def test_pushing_twice_and_two_nodes_never_duplicate(tmp_path: Path) -> None:
 
 
 def test_a_replaced_summary_is_not_deleted_by_an_older_push(tmp_path: Path) -> None:
-    with NodeStore(tmp_path / "n.sqlite") as store:
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
         outbox.put(store, "42", "sbx1", "pool", PART, now=1.0)
         (old,) = outbox.pending(store)
         outbox.put(store, "42", "sbx1", "pool", {**PART, "user": "alice2"}, now=2.0)
@@ -124,7 +128,7 @@ def test_flush_command(tmp_path: Path, down: bool) -> None:
     fake.add_job("42")
     fake.set_down(down)
     db = tmp_path / "sbx1.sqlite"
-    with NodeStore(db) as store:
+    with NodeStore(db, (OUTBOX,)) as store:
         outbox.put(store, "42", "sbx1", "pool", PART, now=1e12)  # not due for a long time
     conf = tmp_path / "node-config.json"
     conf.write_text((Path(__file__).parent / "golden/sandbox/node-config.json").read_text())

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from slurmpool.accounting import outbox
 from slurmpool.accounting.enqueue import build_job_summary, enqueue_job_summary
+from slurmpool.accounting.outbox import OUTBOX
 from slurmpool.accounting.summary import (
     devices,
     fmt_util,
@@ -14,7 +15,8 @@ from slurmpool.accounting.summary import (
     unpack_series,
     weighted_util,
 )
-from slurmpool.monitor.samples import (
+from slurmpool.state.samples import (
+    SAMPLES,
     DeviceSample,
     Retention,
     job_samples,
@@ -62,7 +64,7 @@ def _gpu(t: float, util: float, mem: int, energy: int) -> DeviceSample:
 
 
 def test_totals_mean_max_and_na(tmp_path: Path) -> None:
-    with NodeStore(tmp_path / "n.sqlite") as store:
+    with NodeStore(tmp_path / "n.sqlite", (SAMPLES, OUTBOX)) as store:
         for i, (u, m) in enumerate([(None, 100), (None, 4000), (None, 3000)]):
             write_samples(
                 store,
@@ -82,7 +84,7 @@ def test_totals_mean_max_and_na(tmp_path: Path) -> None:
 
 
 def test_partial_utilisation_is_averaged_over_measured_samples_only(tmp_path: Path) -> None:
-    with NodeStore(tmp_path / "n.sqlite") as store:
+    with NodeStore(tmp_path / "n.sqlite", (SAMPLES, OUTBOX)) as store:
         write_samples(store, [_mig(1.0, None, 1)])  # first GPM pass: no value yet
         write_samples(store, [_mig(2.0, 60.0, 1)])
         write_samples(store, [_mig(3.0, 62.0, 1)])
@@ -98,7 +100,7 @@ def test_timeline_packs_na_and_values() -> None:
 
 
 def test_enqueue_builds_the_summary_with_carved_and_request(tmp_path: Path) -> None:
-    with NodeStore(tmp_path / "n.sqlite") as store:
+    with NodeStore(tmp_path / "n.sqlite", (SAMPLES, OUTBOX)) as store:
         with store.transaction():
             aid = store.add_intent(
                 NewAllocation(
@@ -146,7 +148,7 @@ def test_enqueue_builds_the_summary_with_carved_and_request(tmp_path: Path) -> N
 
 
 def test_carved_device_without_samples_is_listed(tmp_path: Path) -> None:
-    with NodeStore(tmp_path / "n.sqlite") as store:
+    with NodeStore(tmp_path / "n.sqlite", (SAMPLES, OUTBOX)) as store:
         with store.transaction():
             aid = store.add_intent(
                 NewAllocation("8", "bob", 1001, "mig", 1, "GPU-1", profile="1g.10gb")
@@ -184,7 +186,7 @@ def test_slice_weighted_util() -> None:
 
 
 def test_retention_bounds_raw_rows_but_keeps_totals(tmp_path: Path) -> None:
-    with NodeStore(tmp_path / "n.sqlite") as store:
+    with NodeStore(tmp_path / "n.sqlite", (SAMPLES, OUTBOX)) as store:
         for i in range(50):
             write_samples(store, [_mig(float(i), 50.0, 1)])
         deleted = prune(store, Retention(max_age_s=1e9, max_rows=10), now=60.0)

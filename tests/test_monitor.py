@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from slurmpool.accounting.outbox import OUTBOX
 from slurmpool.gpu import open_backend
 from slurmpool.gpu.nvml import NvmlBackend
 from slurmpool.monitor.attribution import Attribution, JobRef, PidResolver, job_from_cgroup
 from slurmpool.monitor.daemon import Monitor, MonitorSettings
 from slurmpool.monitor.sampler import Sampler
-from slurmpool.monitor.samples import job_totals
 from slurmpool.placement import Placement
 from slurmpool.sim import attach_process, create_node
+from slurmpool.state.samples import SAMPLES, job_totals
 from slurmpool.state.store import NewAllocation, NodeStore
 
 
@@ -123,7 +124,7 @@ def test_monitor_stores_exports_and_serves_jobs(
     state, b = node
     gi_a, _gi_h = _carve(state, b, os.getpid())
     db = tmp_path / "n1.sqlite"
-    with NodeStore(db) as store, store.transaction():
+    with NodeStore(db, (SAMPLES, OUTBOX)) as store, store.transaction():
         aid = store.add_intent(
             NewAllocation("11", "alice", 1000, "mig", 0, "GPU-0", profile="2g.20gb")
         )
@@ -139,7 +140,7 @@ def test_monitor_stores_exports_and_serves_jobs(
     try:
         for _ in range(3):
             mon.pass_once()
-        with NodeStore(db) as store:
+        with NodeStore(db, (SAMPLES, OUTBOX)) as store:
             (t,) = job_totals(store, "11")
         assert t.n == 3 and t.util_n == 0 and t.mem_max_mib == 3000
         base = f"http://127.0.0.1:{server.port}"

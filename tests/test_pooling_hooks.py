@@ -18,7 +18,7 @@ from slurmpool.pooling import caps
 from slurmpool.pooling.reconcile import reconcile
 from slurmpool.sim import attach_process
 from slurmpool.slurm.allocation import SQUEUE_FORMAT
-from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING
+from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING, NodeStore
 
 needs.root("the hooks chown device files")
 
@@ -35,6 +35,39 @@ def exports_of(stdout: str) -> dict[str, str]:
         name, _, value = line[len("export ") :].partition("=")
         out[name] = value
     return out
+
+
+def test_the_epilog_summarises_and_releases_on_one_connection(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With accounting on, the epilog queues the GPU summary and releases the
+    instance through the one store connection the hook run opens."""
+    import sqlite3
+
+    from slurmpool.accounting import outbox
+    from slurmpool.hooks.__main__ import main
+
+    config = json.loads(pool.config_path.read_text())
+    pool.config_path.write_text(json.dumps({**config, "accounting": True}))
+    env = pool.env("31", vgpu=2)
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    opened: list[str] = []
+    real_connect = sqlite3.connect
+
+    def connect(path: str, *args: object, **kw: object) -> sqlite3.Connection:
+        opened.append(path)
+        return real_connect(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    rc = main(["epilog", "--node-config", str(pool.config_path)], env, use_syslog=False)
+    monkeypatch.undo()
+    assert rc == 0
+    assert len(opened) == 1
+    with pool.store() as store:
+        assert [a.state for a in store.for_job("31", include_released=True)] == [RELEASED]
+    with NodeStore(opened[0], (outbox.OUTBOX,)) as store:
+        assert [p.job_id for p in outbox.pending(store)] == ["31"]
 
 
 def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) -> None:

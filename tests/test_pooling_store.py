@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 from slurmpool.modes import GpuMode
-from slurmpool.state import store as store_module
-from slurmpool.state.store import NewAllocation, NodeStore, open_node_store, store_path
+from slurmpool.state.db import split_sql, store_path
+from slurmpool.state.store import ALLOCATIONS, NewAllocation, NodeStore, open_node_store
 
 
 def _v1_database(path: Path) -> None:
@@ -17,7 +17,7 @@ def _v1_database(path: Path) -> None:
     conn.execute(
         "CREATE TABLE schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
     )
-    for statement in store_module._split_sql(store_module._MIGRATIONS["core"][0]):
+    for statement in split_sql(ALLOCATIONS.migrations[0]):
         conn.execute(statement)
     conn.execute("INSERT INTO schema_versions VALUES ('core', 1)")
     conn.execute(

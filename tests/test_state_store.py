@@ -9,15 +9,13 @@ from pathlib import Path
 import pytest
 
 from slurmpool.modes import GpuMode
-from slurmpool.state import store as store_module
+from slurmpool.state.db import Component, StateDB, StateStoreError
 from slurmpool.state.store import (
     ACTIVE,
     RELEASED,
     SCHEMA_VERSION,
     NewAllocation,
     NodeStore,
-    StateStoreError,
-    register_migrations,
 )
 
 
@@ -120,24 +118,31 @@ def test_corrupt_file(tmp_path: Path) -> None:
 def test_component_migrations_apply_in_order(tmp_path: Path) -> None:
     path = tmp_path / "n.db"
     NodeStore(path).close()
-    register_migrations("test-extra", ("CREATE TABLE extra_a (x INTEGER)",))
-    with NodeStore(path) as store:
+    extra = Component("test-extra", ("CREATE TABLE extra_a (x INTEGER)",))
+    with NodeStore(path, (extra,)) as store:
         assert store.schema_version("test-extra") == 1
     # A later release appends a migration; an existing database picks it up.
-    store_module._MIGRATIONS["test-extra"] = (
-        "CREATE TABLE extra_a (x INTEGER)",
-        "ALTER TABLE extra_a ADD COLUMN y TEXT NOT NULL DEFAULT ''",
-    )
-    try:
-        with NodeStore(path) as store:
-            assert store.schema_version("test-extra") == 2
-            store.conn.execute("INSERT INTO extra_a (x) VALUES (1)")
-            assert store.conn.execute("SELECT y FROM extra_a").fetchone()[0] == ""
-            assert store.schema_version() == SCHEMA_VERSION
-    finally:
-        del store_module._MIGRATIONS["test-extra"]
+    later = Component("test-extra", (*extra.migrations, "ALTER TABLE extra_a ADD COLUMN y TEXT"))
+    with NodeStore(path, (later,)) as store:
+        assert store.schema_version("test-extra") == 2
+        store.conn.execute("INSERT INTO extra_a (x) VALUES (1)")
+        assert store.conn.execute("SELECT y FROM extra_a").fetchone()[0] is None
+        assert store.schema_version() == SCHEMA_VERSION
 
 
-def test_conflicting_registration_refused() -> None:
-    with pytest.raises(ValueError, match="registered twice"):
-        register_migrations("core", ("CREATE TABLE nope (x)",))
+def test_only_the_named_components_are_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    a = Component("a", ("CREATE TABLE a_t (x INTEGER)",))
+    b = Component("b", ("CREATE TABLE b_t (x INTEGER)",))
+    with StateDB(path, (a,)) as db:
+        tables = {r[0] for r in db.conn.execute("SELECT name FROM sqlite_master")}
+        assert "a_t" in tables and "b_t" not in tables and "allocations" not in tables
+        assert (db.schema_version("a"), db.schema_version("b")) == (1, 0)
+    with StateDB(path, (b, a)) as db:  # b joins later; a is left as it is
+        assert (db.schema_version("a"), db.schema_version("b")) == (1, 1)
+
+
+def test_a_component_named_twice_is_refused(tmp_path: Path) -> None:
+    a = Component("a", ("CREATE TABLE a_t (x INTEGER)",))
+    with pytest.raises(ValueError, match="components named twice"):
+        StateDB(tmp_path / "n.db", (a, Component("a", ())))

@@ -6,14 +6,12 @@ the slurmd Epilog, before the job's instance is destroyed.
 
 from __future__ import annotations
 
-import os
 import time
 
 from slurmpool.accounting import outbox
 from slurmpool.accounting.summary import Carved, node_summary
 from slurmpool.modes import GpuMode
-from slurmpool.monitor.samples import DeviceTotals, job_samples, job_totals
-from slurmpool.state.store import open_node_store, store_path
+from slurmpool.state.samples import DeviceTotals, job_samples, job_totals
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -169,8 +167,8 @@ def enqueue_job_summary(
 
 
 def enqueue_from_hook(
+    store: NodeStore,
     *,
-    state_dir: str,
     node: str,
     job_id: str,
     cluster: str | None,
@@ -180,21 +178,19 @@ def enqueue_from_hook(
     """The epilog's call: summarise ``job_id`` into the outbox if the node saw GPU use.
 
     Returns the summary part, or None for a job with neither allocations nor
-    samples on this node (a CPU job) or a node without a state store.
+    samples on this node (a CPU job).  ``store`` is the hook's own connection,
+    opened with the samples and the outbox.
     """
-    if not os.path.exists(store_path(state_dir, node)):
+    allocations = store.for_job(job_id, include_released=True)
+    if not allocations and not job_totals(store, job_id):
         return None
-    with open_node_store(state_dir, node) as store:
-        allocations = store.for_job(job_id, include_released=True)
-        if not allocations and not job_totals(store, job_id):
-            return None
-        return enqueue_job_summary(
-            store,
-            job_id=job_id,
-            node=node,
-            cluster=cluster,
-            user=user,
-            allocations=allocations,
-            request=request_of(allocations),
-            run=run,
-        )
+    return enqueue_job_summary(
+        store,
+        job_id=job_id,
+        node=node,
+        cluster=cluster,
+        user=user,
+        allocations=allocations,
+        request=request_of(allocations),
+        run=run,
+    )

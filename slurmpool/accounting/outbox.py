@@ -16,18 +16,17 @@ import json
 import time
 
 from slurmpool.records import record
-from slurmpool.state.store import register_migrations
+from slurmpool.state.db import Component
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from slurmpool.state.store import NodeStore
+    from slurmpool.state.db import StateDB
 
-COMPONENT = "accounting"
-
-register_migrations(
-    COMPONENT,
+# The outbox table, in the node's state database.
+OUTBOX = Component(
+    "accounting",
     (
         """
         CREATE TABLE accounting_outbox (
@@ -64,7 +63,7 @@ class Pending:
 
 
 def put(
-    store: NodeStore,
+    store: StateDB,
     job_id: str,
     node: str,
     cluster: str | None,
@@ -99,7 +98,7 @@ def _pending(row: Any) -> Pending:
     )
 
 
-def pending(store: NodeStore, due_by: float | None = None, limit: int = 1000) -> list[Pending]:
+def pending(store: StateDB, due_by: float | None = None, limit: int = 1000) -> list[Pending]:
     """Summaries in the outbox (only those due by ``due_by`` when given), oldest first."""
     sql = "SELECT * FROM accounting_outbox"
     args: list[object] = []
@@ -110,16 +109,16 @@ def pending(store: NodeStore, due_by: float | None = None, limit: int = 1000) ->
     return [_pending(r) for r in rows]
 
 
-def count(store: NodeStore) -> int:
+def count(store: StateDB) -> int:
     return int(store.conn.execute("SELECT COUNT(*) FROM accounting_outbox").fetchone()[0])
 
 
-def next_due(store: NodeStore) -> float | None:
+def next_due(store: StateDB) -> float | None:
     row = store.conn.execute("SELECT MIN(next_attempt_at) FROM accounting_outbox").fetchone()
     return None if row is None or row[0] is None else float(row[0])
 
 
-def delete_if_unchanged(store: NodeStore, item: Pending) -> bool:
+def delete_if_unchanged(store: StateDB, item: Pending) -> bool:
     """Remove ``item`` once stored, unless a newer summary replaced it meanwhile."""
     with store.transaction() as conn:
         cur = conn.execute(
@@ -129,7 +128,7 @@ def delete_if_unchanged(store: NodeStore, item: Pending) -> bool:
     return cur.rowcount > 0
 
 
-def record_failure(store: NodeStore, item: Pending, error: str, retry_at: float) -> None:
+def record_failure(store: StateDB, item: Pending, error: str, retry_at: float) -> None:
     with store.transaction() as conn:
         conn.execute(
             """UPDATE accounting_outbox SET attempts = attempts + 1, last_error = ?,
@@ -138,7 +137,7 @@ def record_failure(store: NodeStore, item: Pending, error: str, retry_at: float)
         )
 
 
-def make_due(store: NodeStore, now: float | None = None) -> int:
+def make_due(store: StateDB, now: float | None = None) -> int:
     """Make every pending summary due now (``slurmpool accounting flush``)."""
     t = time.time() if now is None else now
     with store.transaction() as conn:

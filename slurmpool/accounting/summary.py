@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Any
 
-    from slurmpool.monitor.samples import DeviceSample, DeviceTotals
+    from slurmpool.state.samples import DeviceSample, DeviceTotals
 
 SUMMARY_VERSION = 1
 TIMELINE_POINTS = 48

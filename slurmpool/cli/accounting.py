@@ -39,7 +39,7 @@ def flush(node_config: Path, node: str | None, state_db: Path | None, as_json: b
     from slurmpool.state.store import NodeStore
 
     ctx = node_context(node_config, node, state_db)
-    with NodeStore(existing_store(ctx)) as store:
+    with NodeStore(existing_store(ctx), (outbox.OUTBOX,)) as store:
         results = push_pending(store, slurm_runner(), due_only=False)
         left = outbox.count(store)
     if as_json:
@@ -77,7 +77,7 @@ def status(node_config: Path, node: str | None, state_db: Path | None, as_json: 
     from slurmpool.state.store import NodeStore
 
     ctx = node_context(node_config, node, state_db)
-    with NodeStore(existing_store(ctx)) as store:
+    with NodeStore(existing_store(ctx), (outbox.OUTBOX,)) as store:
         items = outbox.pending(store)
     now = time.time()
     if as_json:

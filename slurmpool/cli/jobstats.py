@@ -115,10 +115,10 @@ def jobstats(
         try:
             if state_db is not None:
                 from slurmpool.accounting.enqueue import build_job_summary
-                from slurmpool.monitor import samples  # noqa: F401 (registers the tables)
+                from slurmpool.state.samples import SAMPLES
                 from slurmpool.state.store import NodeStore
 
-                with NodeStore(state_db) as store:
+                with NodeStore(state_db, (SAMPLES,)) as store:
                     node = state_db.stem
                     nodes[node] = build_job_summary(
                         store, job_id=job_id, user=fields.get("User", "")

@@ -16,7 +16,7 @@ from slurmpool.cli.nodeopts import node_context, node_options, slurm_runner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from slurmpool.monitor.samples import DeviceSample
+    from slurmpool.state.samples import DeviceSample
 
 
 def _log(message: str) -> None:
@@ -89,7 +89,7 @@ def monitord(
         MonitorSettings,
     )
     from slurmpool.monitor.sampler import Sampler
-    from slurmpool.monitor.samples import Retention
+    from slurmpool.state.samples import Retention
 
     ctx = node_context(node_config, node, state_db)
     conf = ctx.monitor_settings()

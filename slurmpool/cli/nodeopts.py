@@ -26,7 +26,7 @@ from slurmpool.configgen.nodeconfig import (
 )
 from slurmpool.modes import GpuMode
 from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
-from slurmpool.state.store import StateStoreError, store_path
+from slurmpool.state.db import StateStoreError, store_path
 
 DEFAULT_NODE_CONFIG = "/etc/slurm/node-config.json"
 

@@ -31,7 +31,7 @@ def status(as_json: bool, node_config: str, node_name: str | None) -> None:
     from slurmpool.gpu import GpuBackendError, open_backend
     from slurmpool.pooling.node import Broken, Deadline, Node
     from slurmpool.pooling.status import node_status, render_text
-    from slurmpool.state.store import StateStoreError
+    from slurmpool.state.db import StateStoreError
 
     name = default_node_name(node_name)
     try:

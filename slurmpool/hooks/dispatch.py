@@ -129,20 +129,20 @@ def task_prolog(ctx: HookContext) -> int:
 
 
 # -- accounting (slurmpool.accounting) ----------------------------------------------------
-def _enqueue_gpu_summary(ctx: HookContext) -> None:
+def _enqueue_gpu_summary(ctx: HookContext, node: Node) -> None:
     """Put the job's GPU summary in the accounting outbox, before anything is released.
 
     Best effort: a failure is logged and never fails the epilog.
     """
     j = ctx.job
-    if not ctx.config.accounting or j.job_id is None or j.node is None:
+    if not ctx.config.accounting or j.job_id is None or not node.has_store():
         return
     try:
         from slurmpool.accounting.enqueue import enqueue_from_hook
 
         part = enqueue_from_hook(
-            state_dir=ctx.config.path("state_dir"),
-            node=j.node,
+            node.store(),
+            node=node.name,
             job_id=j.job_id,
             cluster=j.cluster or ctx.config.cluster,
             user=j.user,
@@ -161,9 +161,11 @@ def _enqueue_gpu_summary(ctx: HookContext) -> None:
 
 def epilog(ctx: HookContext) -> int:
     ctx.log.event("job-end", {**_job_fields(ctx), **_node_fields(ctx)})
-    _enqueue_gpu_summary(ctx)
     node, job = _pool_node(ctx), _job(ctx)
-    if node is None or job is None:
+    if node is None:
+        return 0
+    _enqueue_gpu_summary(ctx, node)
+    if job is None:
         return 0
     from slurmpool.pooling.epilog import run_epilog
 

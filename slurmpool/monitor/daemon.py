@@ -11,7 +11,6 @@ when the ``stop`` event is set (the CLI sets it on SIGTERM/SIGINT).
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,13 +21,16 @@ from typing import Any
 from slurmpool.accounting import outbox
 from slurmpool.accounting.enqueue import build_job_summary
 from slurmpool.accounting.push import Backoff, PushResult, push_pending
-from slurmpool.monitor import samples as sample_store
 from slurmpool.monitor.attribution import AccountResolver, Attribution, from_allocations
 from slurmpool.monitor.exporter import MetricsServer, SnapshotCollector, make_registry
 from slurmpool.monitor.sampler import Sampler, Snapshot
 from slurmpool.slurm.runner import Runner
+from slurmpool.state import samples as sample_store
+from slurmpool.state.db import create_private
 from slurmpool.state.store import NodeStore
 
+# What monitord keeps in the node's store: samples, and the outbox it pushes from.
+COMPONENTS = (sample_store.SAMPLES, outbox.OUTBOX)
 DEFAULT_INTERVAL_S = 10.0
 DEFAULT_PORT = 9810
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -75,11 +77,9 @@ class Monitor:
         self.collector = SnapshotCollector()
         self.accounts = AccountResolver(runner)
         self.server: MetricsServer | None = None
-        if not self.store_path.exists():  # readable by root only, like the hooks create it
-            self.store_path.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(self.store_path, os.O_WRONLY | os.O_CREAT, 0o600))
+        create_private(str(self.store_path))  # readable by root only, as the hooks make it
         # Used by the thread that calls pass_once/run (SQLite connections are per thread).
-        self._store = NodeStore(self.store_path)
+        self._store = NodeStore(self.store_path, COMPONENTS)
         self._last_prune = 0.0
 
     # -- one pass ---------------------------------------------------------------
@@ -122,7 +122,7 @@ class Monitor:
         """Push the due outbox summaries (from this thread's own store connection)."""
         if self.runner is None:
             return []
-        with NodeStore(self.store_path) as store:
+        with NodeStore(self.store_path, COMPONENTS) as store:
             results = push_pending(
                 store,
                 self.runner,
@@ -141,7 +141,7 @@ class Monitor:
         return results
 
     def job_view(self, job_id: str) -> dict[str, Any] | None:
-        with NodeStore(self.store_path) as store:
+        with NodeStore(self.store_path, COMPONENTS) as store:
             if not sample_store.job_totals(store, job_id):
                 return None
             part = build_job_summary(store, job_id=job_id, user=None)
@@ -166,7 +166,7 @@ class Monitor:
                 self.push_once()
             except Exception as e:  # never let the pusher die silently
                 self.log(f"accounting push error: {type(e).__name__}: {e}")
-            with NodeStore(self.store_path) as store:
+            with NodeStore(self.store_path, COMPONENTS) as store:
                 due = outbox.next_due(store)
             wait = self.settings.push_poll_s
             if due is not None:

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from slurmpool.monitor.sampler import Snapshot
-from slurmpool.monitor.samples import KIND_MIG
+from slurmpool.state.samples import KIND_MIG
 
 _MIB = 1024 * 1024
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from slurmpool.gpu.backend import GpuBackend, GpuBackendError, GpuInfo, MigInstance, SmSample
 from slurmpool.modes import GpuMode
 from slurmpool.monitor.attribution import Attribution, JobRef, PidResolver
-from slurmpool.monitor.samples import KIND_GPU, KIND_MIG, KIND_SHARE, DeviceSample
+from slurmpool.state.samples import KIND_GPU, KIND_MIG, KIND_SHARE, DeviceSample
 
 SOURCE_NVML = "nvml"
 SOURCE_GPM = "gpm"

@@ -8,15 +8,14 @@ A second run finds nothing live for the job and changes nothing.
 
 from __future__ import annotations
 
-import os
-
 from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
 from slurmpool.pooling import jobfile, owner
 from slurmpool.pooling.node import Broken
 from slurmpool.pooling.reconcile import reconcile
 from slurmpool.pooling.release import ReleaseError, undo
 from slurmpool.pooling.text import clean
-from slurmpool.state.store import ACTIVE, RELEASED, RELEASING, StateStoreError, store_path
+from slurmpool.state.db import StateStoreError
+from slurmpool.state.store import ACTIVE, RELEASED, RELEASING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ def run_epilog(node: Node, job: Job) -> int:
 def _epilog(node: Node, job: Job) -> int:
     log = node.log
     removed = jobfile.remove(node.run_dir, job.job_id)
-    if not os.path.exists(store_path(node.state_dir, node.name)):
+    if not node.has_store():
         return 0  # no GPU was ever allocated on this node
     store = node.store()
     me = owner.current(node.proc_root)

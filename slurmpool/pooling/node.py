@@ -13,6 +13,7 @@ import time
 from slurmpool.gpu.backend import InvalidRequestError
 from slurmpool.modes import GpuMode
 from slurmpool.records import field, record
+from slurmpool.state.db import store_path
 from slurmpool.state.store import open_node_store
 
 TYPE_CHECKING = False
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from slurmpool.catalogue import Catalogue
     from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeConfig, NodeGpu
     from slurmpool.gpu.backend import GpuBackend
+    from slurmpool.state.db import Component
     from slurmpool.state.store import NodeStore
 
     class EventLog(Protocol):
@@ -103,9 +105,22 @@ class Node:
     def gpus(self, *modes: GpuMode) -> list[NodeGpu]:
         return [g for g in self.cls.gpus if g.mode in modes]
 
+    def has_store(self) -> bool:
+        """A hook made the node's store already (no store: nothing was ever allocated
+        or sampled here)."""
+        return os.path.exists(store_path(self.state_dir, self.name))
+
     def store(self) -> NodeStore:
+        """The node's store, one connection for the hook run: the allocations, and
+        with accounting on, the samples the epilog summarises and the outbox."""
         if self._store is None:
-            self._store = open_node_store(self.state_dir, self.name)
+            components: tuple[Component, ...] = ()
+            if self.config.accounting:
+                from slurmpool.accounting.outbox import OUTBOX
+                from slurmpool.state.samples import SAMPLES
+
+                components = (SAMPLES, OUTBOX)
+            self._store = open_node_store(self.state_dir, self.name, components)
         return self._store
 
     def backend(self) -> GpuBackend:

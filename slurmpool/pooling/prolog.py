@@ -35,7 +35,8 @@ from slurmpool.pooling.request import (
 from slurmpool.pooling.shared import SharedGpu, choose
 from slurmpool.pooling.text import clean
 from slurmpool.records import record
-from slurmpool.state.store import ACTIVE, RELEASED, NewAllocation, StateStoreError
+from slurmpool.state.db import StateStoreError
+from slurmpool.state.store import ACTIVE, RELEASED, NewAllocation
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from slurmpool.catalogue import default_catalogue
 from slurmpool.modes import GpuMode
 from slurmpool.pooling.mig import MigGpu, free_capacity, instance_of, occupancy
 from slurmpool.pooling.shared import free_shares
-from slurmpool.state.store import store_path
+from slurmpool.state.db import store_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The node state store: one SQLite database (WAL) per node.
+"""The hooks' allocations in the node's state database (:mod:`slurmpool.state.db`).
 
 It records every allocation slurmpool made on the node with a two-phase
 life cycle, ``intent -> active -> releasing -> released``, so that a hook
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import time
-from contextlib import contextmanager
 
 from slurmpool.modes import GpuMode
 from slurmpool.records import field, record
+from slurmpool.state.db import Component, StateDB, create_private, store_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    import sqlite3
+    from collections.abc import Sequence
     from typing import Any
 
 INTENT = "intent"
@@ -32,14 +32,10 @@ RELEASING = "releasing"
 RELEASED = "released"
 LIVE_STATES = (INTENT, ACTIVE, RELEASING)
 
-# Schema migrations per component.  Each entry of a component's tuple
-# migrates it from version i to i + 1; never edit an entry once released,
-# append a new one.  Components (the hooks' allocations here, accounting's
-# samples and outbox in their own module via ``register_migrations``) evolve
-# independently inside one database; their versions live in ``schema_versions``.
-CORE = "core"
-_MIGRATIONS: dict[str, tuple[str, ...]] = {
-    CORE: (
+# The allocations and requeues tables ("core": the name files already carry).
+ALLOCATIONS = Component(
+    "core",
+    (
         """
         CREATE TABLE allocations (
             id              INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -83,46 +79,21 @@ _MIGRATIONS: dict[str, tuple[str, ...]] = {
         CREATE INDEX requeues_job ON requeues (job_id);
         """,
     ),
-}
-
-
-def register_migrations(component: str, migrations: tuple[str, ...]) -> None:
-    """Declare another component's migrations (call at import of its module)."""
-    existing = _MIGRATIONS.get(component)
-    if existing is not None and existing != migrations:
-        raise ValueError(f"migrations for {component!r} registered twice with different text")
-    _MIGRATIONS[component] = migrations
-
-
-def schema_version(component: str = CORE) -> int:
-    """The version this code migrates ``component`` to."""
-    return len(_MIGRATIONS[component])
-
-
-SCHEMA_VERSION = schema_version(CORE)
-
-
-def store_path(state_dir: str | os.PathLike[str], node: str) -> str:
-    """Where a node's store lives under the installed state dir: ``<state_dir>/<node>.sqlite``."""
-    if not node or "/" in node or node.startswith("."):
-        raise StateStoreError(f"node name {node!r} cannot name a state file")
-    return os.path.join(os.fspath(state_dir), f"{node}.sqlite")
+)
+SCHEMA_VERSION = ALLOCATIONS.version
 
 
 def open_node_store(
-    state_dir: str | os.PathLike[str], node: str, timeout_s: float = 30.0
+    state_dir: str | os.PathLike[str],
+    node: str,
+    components: Sequence[Component] = (),
+    timeout_s: float = 30.0,
 ) -> NodeStore:
-    """Open ``node``'s store, creating it readable by root only (mode 0600)."""
+    """Open ``node``'s store with the allocations and ``components``, creating it
+    readable by root only (mode 0600)."""
     path = store_path(state_dir, node)
-    if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        # SQLite gives the -wal and -shm files the database file's mode.
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-    return NodeStore(path, timeout_s=timeout_s)
-
-
-class StateStoreError(RuntimeError):
-    """The state store is unusable (corrupt, newer schema, unwritable)."""
+    create_private(path)
+    return NodeStore(path, components, timeout_s=timeout_s)
 
 
 @record(frozen=True, slots=True)
@@ -187,72 +158,19 @@ class NewAllocation:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-class NodeStore:
-    """Open (creating or migrating) the store at ``path``."""
+class NodeStore(StateDB):
+    """The state database at ``path`` with the allocations and ``components``."""
 
-    def __init__(self, path: str | os.PathLike[str], timeout_s: float = 30.0) -> None:
-        self.path = os.fspath(path)
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        try:
-            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE).
-            self.conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
-            self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.conn.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
-        except sqlite3.DatabaseError as e:
-            raise StateStoreError(f"{self.path}: {e}") from e
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        components: Sequence[Component] = (),
+        timeout_s: float = 30.0,
+    ) -> None:
+        super().__init__(path, (ALLOCATIONS, *components), timeout_s)
 
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> NodeStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- schema ---------------------------------------------------------------
-
-    def schema_version(self, component: str = CORE) -> int:
-        row = self.conn.execute(
-            "SELECT version FROM schema_versions WHERE component = ?", (component,)
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def _migrate(self) -> None:
-        with self.transaction():
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_versions "
-                "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-            )
-            for component, migrations in _MIGRATIONS.items():
-                current = self.schema_version(component)
-                if current > len(migrations):
-                    raise StateStoreError(
-                        f"{self.path}: schema version {current} of {component!r} is newer than "
-                        f"this slurmpool understands ({len(migrations)}); upgrade slurmpool"
-                    )
-                for version in range(current, len(migrations)):
-                    for statement in _split_sql(migrations[version]):
-                        self.conn.execute(statement)
-                self.conn.execute(
-                    "INSERT OR REPLACE INTO schema_versions (component, version) VALUES (?, ?)",
-                    (component, len(migrations)),
-                )
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken before any read that a decision depends on."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        else:
-            self.conn.execute("COMMIT")
+    def schema_version(self, name: str = ALLOCATIONS.name) -> int:
+        return super().schema_version(name)
 
     # -- allocations ------------------------------------------------------------
 
@@ -365,8 +283,3 @@ class NodeStore:
             "SELECT job_id, at, reason FROM requeues ORDER BY id DESC LIMIT ?", (limit,)
         ).fetchall()
         return [(r["job_id"], r["at"], r["reason"]) for r in rows]
-
-
-def _split_sql(script: str) -> list[str]:
-    # executescript() would COMMIT our BEGIN IMMEDIATE; run statements one by one.
-    return [s.strip() for s in script.split(";") if s.strip()]

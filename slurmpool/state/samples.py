@@ -1,6 +1,7 @@
 """GPU samples in the node state store: one row per device and job per pass.
 
-Tables (component ``monitor`` of the store's migrations):
+Tables (the component :data:`SAMPLES`, named ``monitor`` in files): monitord
+writes them, the epilog and ``jobstats`` read them.
 
 - ``gpu_samples``: raw rows for timelines and running-job views, kept for a
   bounded time and row count (:func:`prune`);
@@ -22,16 +23,15 @@ import time
 
 from slurmpool.modes import DeviceKind
 from slurmpool.records import record
-from slurmpool.state.store import register_migrations
+from slurmpool.state.db import Component
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterable, Sequence
 
-    from slurmpool.state.store import NodeStore
+    from slurmpool.state.db import StateDB
 
-COMPONENT = "monitor"
 WHOLE_GPU = -1  # gi_id stored for a whole GPU (a key column cannot be NULL)
 
 KIND_GPU = DeviceKind.GPU  # a whole GPU (passthrough)
@@ -39,8 +39,8 @@ KIND_MIG = DeviceKind.MIG  # a MIG instance
 KIND_SHARE = DeviceKind.SHARE  # a time-sliced share of a GPU
 KINDS = tuple(DeviceKind)
 
-register_migrations(
-    COMPONENT,
+SAMPLES = Component(
+    "monitor",
     (
         """
         CREATE TABLE gpu_samples (
@@ -194,7 +194,7 @@ _UPSERT = """INSERT INTO job_device_totals (job_id, gpu_index, gi_id, kind, mode
         energy_last_mj = COALESCE(excluded.energy_last_mj, energy_last_mj)"""
 
 
-def write_samples(store: NodeStore, samples: Sequence[DeviceSample]) -> None:
+def write_samples(store: StateDB, samples: Sequence[DeviceSample]) -> None:
     """Store one pass: its raw rows and the running totals of every attributed row."""
     rows = [
         (
@@ -249,7 +249,7 @@ def write_samples(store: NodeStore, samples: Sequence[DeviceSample]) -> None:
             conn.executemany(_UPSERT, totals)
 
 
-def job_totals(store: NodeStore, job_id: str) -> list[DeviceTotals]:
+def job_totals(store: StateDB, job_id: str) -> list[DeviceTotals]:
     """The running totals of ``job_id`` per device, by GPU and instance."""
     rows = store.conn.execute(
         "SELECT * FROM job_device_totals WHERE job_id = ? ORDER BY gpu_index, gi_id", (job_id,)
@@ -262,7 +262,7 @@ def job_totals(store: NodeStore, job_id: str) -> list[DeviceTotals]:
     return out
 
 
-def job_samples(store: NodeStore, job_id: str, since: float | None = None) -> list[DeviceSample]:
+def job_samples(store: StateDB, job_id: str, since: float | None = None) -> list[DeviceSample]:
     """The raw rows of ``job_id`` still kept, oldest first."""
     sql = "SELECT * FROM gpu_samples WHERE job_id = ?"
     args: list[object] = [job_id]
@@ -294,7 +294,7 @@ def _sample(r: sqlite3.Row) -> DeviceSample:
     )
 
 
-def latest_samples(store: NodeStore) -> list[DeviceSample]:
+def latest_samples(store: StateDB) -> list[DeviceSample]:
     """The rows of the most recent pass."""
     row = store.conn.execute("SELECT MAX(t) FROM gpu_samples").fetchone()
     if row is None or row[0] is None:
@@ -305,7 +305,7 @@ def latest_samples(store: NodeStore) -> list[DeviceSample]:
     return [_sample(r) for r in rows]
 
 
-def forget_job(store: NodeStore, job_ids: Iterable[str]) -> None:
+def forget_job(store: StateDB, job_ids: Iterable[str]) -> None:
     """Drop the running totals of jobs whose summary has been taken."""
     with store.transaction() as conn:
         conn.executemany("DELETE FROM job_device_totals WHERE job_id = ?", [(j,) for j in job_ids])
@@ -324,7 +324,7 @@ class Retention:
     totals_age_s: float = 14 * 86400.0
 
 
-def prune(store: NodeStore, retention: Retention, now: float | None = None) -> int:
+def prune(store: StateDB, retention: Retention, now: float | None = None) -> int:
     """Apply ``retention``; returns the number of raw rows deleted."""
     t = time.time() if now is None else now
     with store.transaction() as conn:

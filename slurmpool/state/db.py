@@ -1,0 +1,148 @@
+"""A node's state database: one SQLite file (WAL) per node, shared by components.
+
+Each component (the hooks' allocations, monitord's samples, the accounting
+outbox) owns its tables and declares them as a :class:`Component`: a name and
+its migrations.  Whoever opens the database names the components it uses, and
+only their migrations run; each component's version lives in
+``schema_versions``, so components evolve independently.  Nothing registers
+itself on import: what a process opens is what it asked for.
+
+Standard library only: the job hooks open this on every job start.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import contextmanager
+
+from slurmpool.records import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from typing import TypeVar
+
+    _DB = TypeVar("_DB", bound="StateDB")
+
+
+class StateStoreError(RuntimeError):
+    """The state store is unusable (corrupt, newer schema, unwritable)."""
+
+
+@record(frozen=True, slots=True)
+class Component:
+    """Tables one part of slurmpool owns in the node's database.
+
+    Each migration takes the component from version i to i + 1 (``;``-separated
+    statements); never edit one once released, append a new one.
+    """
+
+    name: str
+    migrations: tuple[str, ...]
+
+    @property
+    def version(self) -> int:
+        """The version this code migrates the component to."""
+        return len(self.migrations)
+
+
+def store_path(state_dir: str | os.PathLike[str], node: str) -> str:
+    """Where a node's store lives under the installed state dir: ``<state_dir>/<node>.sqlite``."""
+    if not node or "/" in node or node.startswith("."):
+        raise StateStoreError(f"node name {node!r} cannot name a state file")
+    return os.path.join(os.fspath(state_dir), f"{node}.sqlite")
+
+
+def create_private(path: str) -> None:
+    """Create ``path`` readable by root only (0600) if it does not exist: SQLite gives
+    the -wal and -shm files the database file's mode."""
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+
+
+class StateDB:
+    """The database at ``path``, opened (created if missing) with ``components``
+    migrated to this code's versions."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        components: Sequence[Component],
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.components = tuple(components)
+        names = [c.name for c in self.components]
+        if len(set(names)) != len(names):
+            raise ValueError(f"components named twice: {names}")
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        try:
+            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE).
+            self.conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise StateStoreError(f"{self.path}: {e}") from e
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self: _DB) -> _DB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken before any read that a decision depends on."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        else:
+            self.conn.execute("COMMIT")
+
+    def schema_version(self, name: str) -> int:
+        """The version of component ``name`` in the file (0: never created)."""
+        row = self.conn.execute(
+            "SELECT version FROM schema_versions WHERE component = ?", (name,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _migrate(self) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_versions "
+                "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+            )
+            for component in self.components:
+                current = self.schema_version(component.name)
+                if current > component.version:
+                    raise StateStoreError(
+                        f"{self.path}: schema version {current} of {component.name!r} is newer "
+                        f"than this slurmpool understands ({component.version}); "
+                        "upgrade slurmpool"
+                    )
+                if current == component.version:
+                    continue
+                for migration in component.migrations[current:]:
+                    for statement in split_sql(migration):
+                        self.conn.execute(statement)
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO schema_versions (component, version) VALUES (?, ?)",
+                    (component.name, component.version),
+                )
+
+
+def split_sql(script: str) -> list[str]:
+    """The statements of a migration: executescript() would COMMIT the migration's
+    BEGIN IMMEDIATE, so they run one by one."""
+    return [s.strip() for s in script.split(";") if s.strip()]

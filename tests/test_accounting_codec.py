@@ -96,9 +96,3 @@ def test_truncated_summary_is_an_error() -> None:
     token = codec.encode(DOC)
     with pytest.raises(codec.AdminCommentError, match="cut short"):
         codec.decode(token[:-7])
-
-
-def test_compose_keeps_site_words_and_replaces_our_own() -> None:
-    first = codec.compose("site note", "sp1::aaaa")
-    assert first == "site note sp1::aaaa"
-    assert codec.compose(first, "sp1::bbbb") == "site note sp1::bbbb"

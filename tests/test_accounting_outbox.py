@@ -57,7 +57,7 @@ def test_push_stores_verifies_and_removes(tmp_path: Path) -> None:
         assert r.stored, r.error
         assert outbox.count(store) == 0
     stored = fake.jobs()["42"]
-    assert stored.startswith("site `note` sp1:")  # lowercased by the (fake) 22.05
+    assert stored.startswith("site `note` | sp1:")  # lowercased by the (fake) 22.05
     assert codec.decode(stored)["nodes"]["sbx1"] == PART
 
 

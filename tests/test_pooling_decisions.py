@@ -25,7 +25,7 @@ from slurmpool.pooling.request import (
     shares_wanted,
     vgpu_claimed_in_extra,
 )
-from slurmpool.pooling.requeue import admin_comment, clean
+from slurmpool.pooling.requeue import clean
 from slurmpool.pooling.shared import SharedGpu, choose, mps_env
 from slurmpool.state.store import Allocation
 
@@ -263,21 +263,6 @@ def test_job_file_refuses_odd_job_ids(tmp_path) -> None:  # type: ignore[no-unty
     with pytest.raises(JobFileError):
         job_file(tmp_path, "../etc/passwd")
     assert Path(job_file(tmp_path, "12_3")).name == "12_3.env"
-
-
-@pytest.mark.parametrize(
-    ("existing", "want"),
-    [
-        (None, "slurmpool: requeued 1x"),
-        ("", "slurmpool: requeued 1x"),
-        ("budget=cs101", "budget=cs101 | slurmpool: requeued 1x"),
-        ("budget=cs101 | slurmpool: old note", "budget=cs101 | slurmpool: requeued 1x"),
-        ("slurmpool: old", "slurmpool: requeued 1x"),
-        ("a | b", "a | b | slurmpool: requeued 1x"),
-    ],
-)
-def test_admin_comment_keeps_the_admins_text(existing: str | None, want: str) -> None:
-    assert admin_comment(existing, "requeued 1x") == want
 
 
 def test_clean_flattens_hostile_text() -> None:

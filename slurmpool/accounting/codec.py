@@ -19,8 +19,8 @@ back from ``sacct`` decodes to exactly what was written; decoding still
 casefolds, in case a newer Slurm keeps the case.  Base32hex is also
 Python's ``int(text, 32)``: unpacking is one C call.
 
-An AdminComment may hold other words (a site's own note); the summary is the
-one word that starts with the prefix.
+An AdminComment may hold a site's own text and slurmpool's requeue note; the
+summary is its last part (:mod:`slurmpool.slurm.admin_comment`).
 
 Standard library only: the epilog encodes.
 """
@@ -31,6 +31,8 @@ import base64
 import json
 import re
 import zlib
+
+from slurmpool.slurm.admin_comment import AdminComment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -74,13 +76,10 @@ def encode(summary: dict[str, Any], index: str = "") -> str:
 
 
 def find_token(admin_comment: str | None) -> str | None:
-    """The ``sp1:`` word of an AdminComment, or None when it holds none."""
-    if not admin_comment:
-        return None
-    for word in admin_comment.split():
-        if word[:4].casefold() == PREFIX:
-            return word
-    return None
+    """The ``sp1:`` summary word of an AdminComment, or None when it holds none
+    (the summary part, :mod:`slurmpool.slurm.admin_comment`)."""
+    word = AdminComment.parse(admin_comment).summary
+    return word if word is not None and word[:4].casefold() == PREFIX else None
 
 
 def split_token(token: str) -> tuple[str, str]:
@@ -151,9 +150,3 @@ def decode(text: str) -> dict[str, Any]:
             f"AdminComment summary is a JSON {type(data).__name__}, expected an object"
         )
     return data
-
-
-def compose(existing: str | None, token: str) -> str:
-    """The AdminComment to write: ``existing`` with its summary word replaced by ``token``."""
-    words = [w for w in (existing or "").split() if w[:4].casefold() != PREFIX]
-    return " ".join([*words, token])

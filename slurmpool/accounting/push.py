@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from slurmpool.accounting import codec, outbox
 from slurmpool.accounting.summary import contains, index_of, merge
+from slurmpool.slurm.admin_comment import AdminComment
 from slurmpool.slurm.runner import Runner, SlurmCommandError
 from slurmpool.state.store import NodeStore
 
@@ -104,7 +105,8 @@ def push_one(runner: Runner, item: outbox.Pending) -> None:
     except codec.AdminCommentError:
         existing = None  # a damaged summary is replaced by a whole one
     document = merge(existing, item.job_id, item.cluster, item.node, item.part)
-    value = codec.compose(current, codec.encode(document, index_of(document)))
+    word = codec.encode(document, index_of(document))
+    value = AdminComment.parse(current).with_summary(word).text()
     write_admin_comment(runner, item.job_id, value, item.cluster)
     stored = read_admin_comment(runner, item.job_id, item.cluster)
     if stored is None:

@@ -4,13 +4,15 @@ Slurm counts vgpu units, not MIG slices, so it can start a job on a node
 whose free slices are fragmented.  The prolog then runs ``scontrol requeue``
 and exits 0: the job returns to PENDING, the node stays idle, and the job
 runs later (measured: SLURM_FACTS.md).  The reason goes to the hook log, the
-node's requeue count and the job's AdminComment, appended after whatever an
-admin (or accounting) put there, so that comment keeps its meaning.
+node's requeue count and slurmpool's note in the job's AdminComment
+(:mod:`slurmpool.slurm.admin_comment`: the site's text and the GPU summary
+stay as they are).
 """
 
 from __future__ import annotations
 
 from slurmpool.pooling.text import clean
+from slurmpool.slurm.admin_comment import AdminComment
 from slurmpool.slurm.runner import SlurmCommandError
 
 TYPE_CHECKING = False
@@ -18,26 +20,6 @@ if TYPE_CHECKING:
     from slurmpool.pooling.node import EventLog, Job
     from slurmpool.pooling.slurmjob import SlurmJobs
     from slurmpool.state.store import NodeStore
-
-MARKER = "slurmpool:"
-SEPARATOR = " | "
-
-
-def admin_comment(existing: str | None, note: str) -> str:
-    """``existing`` with slurmpool's note replaced or appended, the rest untouched.
-
-    Only a trailing segment that slurmpool wrote (``... | slurmpool: ...`` or a
-    comment that is only ours) is replaced; an admin's text stays as it was.
-    """
-    ours = f"{MARKER} {clean(note)}"
-    if not existing:
-        return ours
-    if existing.startswith(MARKER):
-        return ours
-    head, sep, tail = existing.rpartition(SEPARATOR)
-    if sep and tail.startswith(MARKER):
-        return head + SEPARATOR + ours
-    return existing + SEPARATOR + ours
 
 
 def requeue_job(
@@ -64,7 +46,8 @@ def requeue_job(
         log.event("admin-comment-unknown", level="warning", job=job.job_id, note=note)
     else:
         try:
-            slurm.set_admin_comment(job.job_id, admin_comment(existing_comment, note))
+            text = AdminComment.parse(existing_comment).with_note(note).text()
+            slurm.set_admin_comment(job.job_id, text)
         except SlurmCommandError as e:
             log.event("admin-comment-failed", level="warning", job=job.job_id, error=clean(str(e)))
     try:

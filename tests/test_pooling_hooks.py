@@ -18,6 +18,7 @@ from slurmpool.pooling import caps
 from slurmpool.pooling.reconcile import reconcile
 from slurmpool.sim import attach_process
 from slurmpool.slurm.allocation import SQUEUE_FORMAT
+from slurmpool.state.db import store_path
 from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING, NodeStore
 
 needs.root("the hooks chown device files")
@@ -37,6 +38,11 @@ def exports_of(stdout: str) -> dict[str, str]:
     return out
 
 
+def _with_accounting(pool: Pool) -> None:
+    config = json.loads(pool.config_path.read_text())
+    pool.config_path.write_text(json.dumps({**config, "accounting": True}))
+
+
 def test_the_epilog_summarises_and_releases_on_one_connection(
     pool: Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -47,8 +53,7 @@ def test_the_epilog_summarises_and_releases_on_one_connection(
     from slurmpool.accounting import outbox
     from slurmpool.hooks.__main__ import main
 
-    config = json.loads(pool.config_path.read_text())
-    pool.config_path.write_text(json.dumps({**config, "accounting": True}))
+    _with_accounting(pool)
     env = pool.env("31", vgpu=2)
     rc, _, err = pool.hook("prolog", env)
     assert rc == 0, err
@@ -68,6 +73,61 @@ def test_the_epilog_summarises_and_releases_on_one_connection(
         assert [a.state for a in store.for_job("31", include_released=True)] == [RELEASED]
     with NodeStore(opened[0], (outbox.OUTBOX,)) as store:
         assert [p.job_id for p in outbox.pending(store)] == ["31"]
+
+
+def test_the_epilog_summary_names_the_jobs_cluster_user_and_run(pool: Pool) -> None:
+    from slurmpool.accounting import outbox
+    from slurmpool.accounting.outbox import OUTBOX
+
+    _with_accounting(pool)
+    env = pool.env("32", vgpu=1, SLURM_JOB_RESTART_COUNT="2")
+    assert pool.hook("prolog", env)[0] == 0
+    rc, _, err = pool.hook("epilog", env)
+    assert rc == 0, err
+    assert "gpu-summary-queued" in err
+    with NodeStore(store_path(pool.state_dir, NODE), (OUTBOX,)) as store:
+        [item] = outbox.pending(store)
+    assert (item.job_id, item.node, item.cluster) == ("32", NODE, "t")
+    assert (item.part["user"], item.part["run"]) == ("alice", 2)
+
+
+def test_a_failed_summary_never_stops_the_release(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summary is best effort: when it fails, the epilog logs it, gives the
+    instance back all the same and exits 0."""
+    import io
+
+    from slurmpool.accounting import enqueue
+    from slurmpool.hooks.__main__ import main
+
+    _with_accounting(pool)
+    env = pool.env("33", vgpu=2)
+    assert pool.hook("prolog", env)[0] == 0
+
+    def broken(*_a: object, **_kw: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(enqueue, "enqueue_from_hook", broken)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    rc = main(["epilog", "--node-config", str(pool.config_path)], env, use_syslog=False)
+    monkeypatch.undo()
+    assert rc == 0
+    assert "gpu-summary-failed" in err.getvalue() and "disk full" in err.getvalue()
+    assert pool.instances() == []
+    with pool.store() as store:
+        assert [a.state for a in store.for_job("33", include_released=True)] == [RELEASED]
+
+
+def test_an_epilog_without_the_jobs_uid_gives_back_nothing_and_passes(pool: Pool) -> None:
+    env = pool.env("34", vgpu=1)
+    assert pool.hook("prolog", env)[0] == 0
+    rc, _, err = pool.hook("epilog", {k: v for k, v in env.items() if k != "SLURM_JOB_UID"})
+    assert rc == 0, err
+    assert "no-job" in err
+    with pool.store() as store:
+        assert [a.state for a in store.for_job("34")] == [ACTIVE]
 
 
 def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) -> None:

@@ -2,7 +2,8 @@
 
 Each hook logs what it saw, then calls into :mod:`slurmpool.pooling`:
 the prolog carves/binds/shares the job's GPUs (or requeues it), the task
-prolog prints the job's ``export`` lines, the epilog gives everything back.
+prolog prints the job's ``export`` lines, the epilog summarises the job's
+GPU use and gives everything back.
 Pooling modules are imported inside the hook that needs them, so the task
 prolog never loads the GPU backend or the state store.
 """
@@ -79,7 +80,7 @@ def _job(ctx: HookContext) -> Job | None:
     # slurmd always sets both; a job id is digits (an array task: digits_digits).
     if j.job_id is None or j.uid is None or not j.job_id.replace("_", "").isdigit():
         return None
-    return Job(j.job_id, j.uid, j.user or str(j.uid))
+    return Job(j.job_id, j.uid, j.user or str(j.uid), j.cluster, j.restart_count)
 
 
 def prolog(ctx: HookContext) -> int:
@@ -128,44 +129,14 @@ def task_prolog(ctx: HookContext) -> int:
     return 0
 
 
-# -- accounting (slurmpool.accounting) ----------------------------------------------------
-def _enqueue_gpu_summary(ctx: HookContext, node: Node) -> None:
-    """Put the job's GPU summary in the accounting outbox, before anything is released.
-
-    Best effort: a failure is logged and never fails the epilog.
-    """
-    j = ctx.job
-    if not ctx.config.accounting or j.job_id is None or not node.has_store():
-        return
-    try:
-        from slurmpool.accounting.enqueue import enqueue_from_hook
-
-        part = enqueue_from_hook(
-            node.store(),
-            node=node.name,
-            job_id=j.job_id,
-            cluster=j.cluster or ctx.config.cluster,
-            user=j.user,
-            run=j.restart_count,
-        )
-        if part is not None:
-            ctx.log.event("gpu-summary-queued", job=j.job_id, devices=len(part["devices"]))
-    except Exception as e:
-        ctx.log.event(
-            "gpu-summary-failed", level="error", job=j.job_id, error=f"{type(e).__name__}: {e}"
-        )
-
-
-# ------------------------------------------------------------------------------------------
-
-
 def epilog(ctx: HookContext) -> int:
     ctx.log.event("job-end", {**_job_fields(ctx), **_node_fields(ctx)})
     node, job = _pool_node(ctx), _job(ctx)
     if node is None:
         return 0
-    _enqueue_gpu_summary(ctx, node)
     if job is None:
+        # Never from slurmd; nothing can be given back without the job's id.
+        ctx.log.event("no-job", level="error", error="SLURM_JOB_ID/SLURM_JOB_UID missing")
         return 0
     from slurmpool.pooling.epilog import run_epilog
 

@@ -1,6 +1,8 @@
-"""The epilog: give back everything the job held, then reconcile.  Idempotent.
+"""The epilog's whole sequence: summarise, give back, reconcile.  Idempotent.
 
-Per allocation: mark it ``releasing`` (owned by this hook), stop stray
+First, with accounting on, the job's GPU summary goes to the outbox (best
+effort, while the records and samples still describe what the job held).
+Then per allocation: mark it ``releasing`` (owned by this hook), stop stray
 processes, destroy CI then GI (retrying while in use, within a bound),
 restore the capability files (or vfio binding) and mark it ``released``.
 A second run finds nothing live for the job and changes nothing.
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
 def run_epilog(node: Node, job: Job) -> int:
     """The epilog; returns its exit status (1 only for a broken node)."""
     try:
-        return _epilog(node, job)
+        _summarise(node, job)
+        return _release(node, job)
     except (Broken, BackendUnavailable, StateStoreError) as e:
         node.log.event("broken-node", level="error", job=job.job_id, error=clean(str(e), 500))
         return 1
@@ -34,7 +37,35 @@ def run_epilog(node: Node, job: Job) -> int:
         node.close()
 
 
-def _epilog(node: Node, job: Job) -> int:
+def _summarise(node: Node, job: Job) -> None:
+    """Put the job's GPU summary in the accounting outbox, before anything is released.
+
+    Best effort: a failure is logged and never fails the epilog (the release
+    after it reports a broken store itself).
+    """
+    if not node.config.accounting or not node.has_store():
+        return
+    try:
+        from slurmpool.accounting.enqueue import enqueue_from_hook
+
+        part = enqueue_from_hook(
+            node.store(),
+            node=node.name,
+            job_id=job.job_id,
+            cluster=job.cluster or node.config.cluster,
+            user=job.user,
+            run=job.run,
+        )
+    except Exception as e:
+        node.log.event(
+            "gpu-summary-failed", level="error", job=job.job_id, error=f"{type(e).__name__}: {e}"
+        )
+        return
+    if part is not None:
+        node.log.event("gpu-summary-queued", job=job.job_id, devices=len(part["devices"]))
+
+
+def _release(node: Node, job: Job) -> int:
     log = node.log
     removed = jobfile.remove(node.run_dir, job.job_id)
     if not node.has_store():

@@ -57,6 +57,8 @@ class Job:
     job_id: str
     uid: int
     user: str
+    cluster: str | None = None  # SLURM_CLUSTER_NAME (the accounting summary's cluster)
+    run: int = 0  # SLURM_JOB_RESTART_COUNT: which run of a requeued job this is
 
 
 @record

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import time
 
-from slurmpool.configgen import generate
+from slurmpool.configgen.render import generate
 from slurmpool.hostlist import expand
-from slurmpool.policy import parse_policy
+from slurmpool.policy.loader import parse_policy
 from slurmpool.slurm.version import InstalledSlurm, parse_version
 
 NODES = 10_000

@@ -155,7 +155,7 @@ def main() -> int:
 
 
 def _bench(args: argparse.Namespace, root: Path) -> int:
-    from slurmpool.sim import create_node
+    from slurmpool.sim.node import create_node
 
     sim_dir, dev = root / "sim", root / "dev"
     create_node(sim_dir, dev, [("A100-SXM4-80GB", True)] * 2, node_name="bench1")

@@ -37,13 +37,14 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from slurmpool.gpu import open_backend
 from slurmpool.gpu.nvml import NvmlBackend
+from slurmpool.gpu.select import open_backend
 from slurmpool.monitor.daemon import Monitor, MonitorSettings
 from slurmpool.monitor.exporter import make_registry
 from slurmpool.monitor.sampler import Sampler
 from slurmpool.placement import Placement
-from slurmpool.sim import attach_process, create_node
+from slurmpool.sim.node import create_node
+from slurmpool.sim.processes import attach_process
 from slurmpool.state.samples import SAMPLES
 from slurmpool.state.store import NewAllocation, NodeStore
 

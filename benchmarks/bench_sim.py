@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmpool.gpu import open_backend
+from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
-from slurmpool.sim import create_node
+from slurmpool.sim.node import create_node
 
 
 def _time(fn: Callable[[], object], n: int) -> float:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from slurmpool.gpu.backend import GpuBackend, GpuInfo, MigInstance
+from slurmpool.gpu.backend import GpuInfo, MigInstance
+from slurmpool.gpu.interface import GpuBackend
 
 SCHEMA = 1
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from slurmpool.slurm.conf import scan_conf, strip_comment
 
 if TYPE_CHECKING:
-    from slurmpool.policy import Policy
+    from slurmpool.policy.model import Policy
 
 MANIFEST_NAME = "install-manifest.json"
 MANIFEST_SCHEMA = 1

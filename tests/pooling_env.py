@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from slurmpool.configgen.nodeconfig import load_node_config
-from slurmpool.gpu import open_backend
 from slurmpool.gpu.nvml import NvmlBackend
+from slurmpool.gpu.select import open_backend
 from slurmpool.hostlist import expand
 from slurmpool.pooling.node import Deadline, Job, Node
-from slurmpool.sim import create_node
+from slurmpool.sim.node import create_node
 from slurmpool.state.store import NodeStore, open_node_store
 
 A100 = "A100-SXM4-80GB"

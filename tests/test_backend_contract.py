@@ -18,10 +18,8 @@ from pathlib import Path
 import pytest
 
 from slurmpool.catalogue import default_catalogue
-from slurmpool.gpu import (
-    BackendSpecError,
+from slurmpool.gpu.backend import (
     BackendUnavailable,
-    GpuBackend,
     GpuInfo,
     InUseError,
     InvalidRequestError,
@@ -29,12 +27,14 @@ from slurmpool.gpu import (
     NoPermissionError,
     NoRoomError,
     NotSupportedError,
-    NvmlBackend,
-    open_backend,
 )
+from slurmpool.gpu.interface import GpuBackend
+from slurmpool.gpu.nvml import NvmlBackend
+from slurmpool.gpu.select import BackendSpecError, open_backend
 from slurmpool.placement import Placement
-from slurmpool.sim import SimGpuSpec, attach_process, create_node, reset_gpu
+from slurmpool.sim.node import SimGpuSpec, create_node, reset_gpu
 from slurmpool.sim.nvml import SimNvml
+from slurmpool.sim.processes import attach_process
 
 
 def _real_nvml_reason() -> str | None:
@@ -314,20 +314,6 @@ def test_backend_module_does_not_load_the_rest_of_the_package() -> None:
     loaded = _modules_after_import(("slurmpool.gpu.backend",))
     others = ("slurmpool.gpu.nvml", "slurmpool.gpu.select", "slurmpool.gpu.interface")
     assert [m for m in others if m in loaded] == []
-
-
-def test_package_names_resolve_lazily() -> None:
-    import slurmpool.gpu as gpu
-    from slurmpool.gpu import backend, interface, nvml, select
-
-    assert gpu.GpuBackend is backend.GpuBackend is interface.GpuBackend
-    assert (gpu.NvmlBackend, gpu.open_backend) == (nvml.NvmlBackend, select.open_backend)
-    assert gpu.GpuInfo is backend.GpuInfo
-    assert set(gpu.__all__) <= set(dir(gpu))
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        gpu.nope  # noqa: B018
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        backend.nope  # noqa: B018
 
 
 def test_backend_modules_stay_cheap_to_import() -> None:

@@ -18,11 +18,11 @@ from slurm_node import NODE_SLURM
 
 from slurmpool.catalogue import default_catalogue
 from slurmpool.cli import main
-from slurmpool.configgen import generate
 from slurmpool.configgen.inventory import ConfigError, parse_inventory
 from slurmpool.configgen.nodeconfig import load_node_config, parse_node_config
 from slurmpool.configgen.plan import cap_minors, gi_id_for
-from slurmpool.policy import load_policy, parse_policy
+from slurmpool.configgen.render import generate
+from slurmpool.policy.loader import load_policy, parse_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXED = ROOT / "examples" / "mixed-cluster.yaml"
@@ -285,7 +285,7 @@ def test_slurmd_parses_generated_gres_conf(tmp_path: Path, munge_socket: Path) -
 
 def test_hostile_policy_strings_cannot_reach_output() -> None:
     # Validation is the guard; a hostile value never gets as far as generate().
-    from slurmpool.policy import PolicyError
+    from slurmpool.policy.errors import PolicyError
 
     text = SANDBOX.read_text().replace("name: pool", "name: 'pool\nPartitionName=evil'")
     with pytest.raises(PolicyError):

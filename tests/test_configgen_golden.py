@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from slurm_node import NODE_SLURM
 
-from slurmpool.configgen import generate
-from slurmpool.policy import load_policy
+from slurmpool.configgen.render import generate
+from slurmpool.policy.loader import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -9,9 +9,8 @@ import needs
 import pytest
 from slurm_node import NODE_SLURM
 
-from slurmpool.configgen import generate
-from slurmpool.configgen.render import lua_string
-from slurmpool.policy import load_policy
+from slurmpool.configgen.render import generate, lua_string
+from slurmpool.policy.loader import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = needs.program("lua5.1")

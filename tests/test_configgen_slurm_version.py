@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from slurm_node import NODE_SLURM, programs_on_path
 
 from slurmpool.cli import main
-from slurmpool.configgen import generate
 from slurmpool.configgen.inventory import ConfigError
-from slurmpool.policy import load_policy, parse_policy
+from slurmpool.configgen.render import generate
+from slurmpool.policy.loader import load_policy, parse_policy
 from slurmpool.slurm.version import InstalledSlurm, SlurmVersion
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from slurmpool.cli import main
 from slurmpool.discover import discover, render_text
-from slurmpool.gpu import open_backend
+from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
-from slurmpool.sim import SimGpuSpec, create_node
+from slurmpool.sim.node import SimGpuSpec, create_node
 
 GPU_KEYS = {
     "index",

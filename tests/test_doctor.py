@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from slurm_node import NODE_SLURM
 
 from slurmpool.cli import main
-from slurmpool.configgen import generate
 from slurmpool.configgen.nodeconfig import load_node_config
+from slurmpool.configgen.render import generate
 from slurmpool.doctor import (
     DoctorOptions,
     _gres_conf_entries,
@@ -23,7 +23,8 @@ from slurmpool.doctor import (
     run_doctor,
 )
 from slurmpool.install import STATE_DIR_MODE, apply, plan_install, target_for_policy
-from slurmpool.policy import Policy, load_policy
+from slurmpool.policy.loader import load_policy
+from slurmpool.policy.model import Policy
 from slurmpool.sandbox.provision import proc_root_for
 from slurmpool.sim.node import create_node
 from slurmpool.slurm.runner import Runner

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from slurm_node import NODE_SLURM, node_slurm_on_path
 
 from slurmpool.cli import main
-from slurmpool.configgen import generate
+from slurmpool.configgen.render import generate
 from slurmpool.install import (
     DISABLED_PREFIX,
     HOOKS,
@@ -28,7 +28,8 @@ from slurmpool.install import (
     target_for_policy,
     why_others_cannot_run,
 )
-from slurmpool.policy import Policy, load_policy
+from slurmpool.policy.loader import load_policy
+from slurmpool.policy.model import Policy
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sandbox.yaml"
 

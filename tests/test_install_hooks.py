@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from slurm_node import NODE_SLURM
 
-from slurmpool.configgen import generate
+from slurmpool.configgen.render import generate
 from slurmpool.hooks.__main__ import main
 from slurmpool.hooks.dispatch import HOOKS
 from slurmpool.hooks.log import format_line, quote
 from slurmpool.install import HOOKS as INSTALLED_HOOKS
-from slurmpool.policy import load_policy
+from slurmpool.policy.loader import load_policy
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sandbox.yaml"
 

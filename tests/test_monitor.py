@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from slurmpool.accounting.outbox import OUTBOX
-from slurmpool.gpu import open_backend
 from slurmpool.gpu.nvml import NvmlBackend
+from slurmpool.gpu.select import open_backend
 from slurmpool.monitor.attribution import Attribution, JobRef, PidResolver, job_from_cgroup
 from slurmpool.monitor.daemon import Monitor, MonitorSettings
 from slurmpool.monitor.sampler import Sampler
 from slurmpool.placement import Placement
-from slurmpool.sim import attach_process, create_node
+from slurmpool.sim.node import create_node
+from slurmpool.sim.processes import attach_process
 from slurmpool.state.samples import SAMPLES, job_totals
 from slurmpool.state.store import NewAllocation, NodeStore
 

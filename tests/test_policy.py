@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurmpool.cli import main
-from slurmpool.policy import PolicyError, load_policy, parse_policy
+from slurmpool.policy.errors import PolicyError
+from slurmpool.policy.loader import load_policy, parse_policy
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 SANDBOX_VARS = {"root": "/sandbox-root"}

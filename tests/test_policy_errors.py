@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurmpool.policy import Issue, PolicyError, parse_policy
+from slurmpool.policy.errors import Issue, PolicyError
+from slurmpool.policy.loader import parse_policy
 
 GOOD = """\
 version: v1

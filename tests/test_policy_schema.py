@@ -9,8 +9,7 @@ import needs
 import pytest
 import yaml
 
-from slurmpool.policy import json_schema
-from slurmpool.policy.schema import GPU, POLICY
+from slurmpool.policy.schema import GPU, POLICY, json_schema
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 

@@ -16,7 +16,7 @@ from pooling_env import A100, NODE, ListLog, Pool, make_pool
 
 from slurmpool.pooling import caps
 from slurmpool.pooling.reconcile import reconcile
-from slurmpool.sim import attach_process
+from slurmpool.sim.processes import attach_process
 from slurmpool.slurm.allocation import SQUEUE_FORMAT
 from slurmpool.state.db import store_path
 from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING, NodeStore
@@ -522,7 +522,7 @@ def test_passthrough_gpu_with_mig_on_is_a_broken_node(tmp_path: Path) -> None:
     pool = make_pool(tmp_path, gpus=[(A100, "passthrough", {})])
     with pool.backend() as b:
         b.set_mig_mode(0, True)
-    from slurmpool.sim import reset_gpu
+    from slurmpool.sim.node import reset_gpu
 
     reset_gpu(pool.sim_dir, 0)
     pool.set_allocation("1002")

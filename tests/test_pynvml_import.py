@@ -29,7 +29,7 @@ def _run(code: str) -> str:
 
 def test_pynvml_loads_without_ctypes_util_and_its_imports() -> None:
     code = (
-        "from slurmpool.gpu.pynvml_import import preload_pynvml\n"
+        "from slurmpool.driver.pynvml_import import preload_pynvml\n"
         "m = preload_pynvml()\n"
         "import pynvml, ctypes\n"
         "assert m is pynvml and hasattr(pynvml, 'nvmlInit')\n"
@@ -41,7 +41,7 @@ def test_pynvml_loads_without_ctypes_util_and_its_imports() -> None:
 
 def test_find_library_and_later_importers_get_the_real_ctypes_util() -> None:
     code = (
-        "from slurmpool.gpu.pynvml_import import preload_pynvml\n"
+        "from slurmpool.driver.pynvml_import import preload_pynvml\n"
         "pynvml = preload_pynvml()\n"
         "import ctypes.util\n"
         "assert ctypes.util.find_library is not pynvml.find_library\n"
@@ -54,7 +54,7 @@ def test_find_library_and_later_importers_get_the_real_ctypes_util() -> None:
 def test_an_earlier_import_is_used_as_it_is() -> None:
     code = (
         "import ctypes.util, pynvml\n"
-        "from slurmpool.gpu.pynvml_import import preload_pynvml\n"
+        "from slurmpool.driver.pynvml_import import preload_pynvml\n"
         "print(preload_pynvml() is pynvml and pynvml.find_library is ctypes.util.find_library)\n"
     )
     assert _run(code) == "True"

@@ -11,10 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from slurmpool.cli import main
-from slurmpool.gpu import GpuBackendError, parse_mig_minors
-from slurmpool.gpu.backend import MigMinorLookup
-from slurmpool.sim import SimError, SimGpuSpec, create_node, node_summary, open_node
+from slurmpool.driver.mig_minors import parse_mig_minors
+from slurmpool.gpu.backend import GpuBackendError, MigMinorLookup
 from slurmpool.sim.devices import ci_minor, gi_minor, mig_minors_text
+from slurmpool.sim.node import SimGpuSpec, create_node, node_summary, open_node
+from slurmpool.sim.state import SimError
 
 
 def test_minor_formula_matches_observed_values() -> None:

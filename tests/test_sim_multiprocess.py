@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.gpu import open_backend
-from slurmpool.sim import create_node
+from slurmpool.gpu.select import open_backend
+from slurmpool.sim.node import create_node
 
 CREATE = """
 import json, sys
-from slurmpool.gpu import open_backend
+from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
 b = open_backend("sim:" + sys.argv[1])
 m = b.create_instance(0, sys.argv[2], Placement(int(sys.argv[3]), int(sys.argv[4])))
@@ -23,7 +23,7 @@ print(json.dumps({"gi": m.gi_id, "uuid": m.uuid}))
 
 DESTROY = """
 import sys
-from slurmpool.gpu import open_backend
+from slurmpool.gpu.select import open_backend
 b = open_backend("sim:" + sys.argv[1])
 print(b.destroy_instance(0, int(sys.argv[2])))
 """
@@ -31,7 +31,8 @@ print(b.destroy_instance(0, int(sys.argv[2])))
 RACE = """
 import json, random, sys
 import pynvml
-from slurmpool.gpu import NoRoomError, open_backend
+from slurmpool.gpu.backend import NoRoomError
+from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
 b = open_backend("sim:" + sys.argv[1])
 random.seed(int(sys.argv[2]))

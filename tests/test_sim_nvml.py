@@ -11,8 +11,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from slurmpool.sim import attach_process, create_node, reset_gpu
+from slurmpool.sim.node import create_node, reset_gpu
 from slurmpool.sim.nvml import SimNvml
+from slurmpool.sim.processes import attach_process
 
 
 @pytest.fixture
@@ -409,7 +410,7 @@ def test_destroy_order_and_in_use(nv: Any, node: Path) -> None:
     attach_process(node, 0, 7, 0, pid=os.getpid(), used_mib=1, util=1)
     with pytest.raises(pynvml.NVMLError_InUse):  # processes on it
         nv.nvmlComputeInstanceDestroy(ci)
-    from slurmpool.sim import detach_process
+    from slurmpool.sim.processes import detach_process
 
     detach_process(node, os.getpid())
     nv.nvmlComputeInstanceDestroy(ci)
@@ -442,7 +443,7 @@ def test_mig_uuids_are_new_per_instance(nv: Any) -> None:
 
 
 def test_reset_drops_instances_and_refuses_when_busy(nv: Any, node: Path) -> None:
-    from slurmpool.sim import SimError
+    from slurmpool.sim.state import SimError
 
     h = nv.nvmlDeviceGetHandleByIndex(0)
     create(nv, h, 0, 6, 1)

@@ -15,10 +15,11 @@ import needs
 import pytest
 
 import slurmpool
-from slurmpool.gpu import NvmlBackend, open_backend
+from slurmpool.gpu.nvml import NvmlBackend
+from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
-from slurmpool.sim import create_node
 from slurmpool.sim.devices import cap_path
+from slurmpool.sim.node import create_node
 from slurmpool.sim.state import StateStore
 from slurmpool.sim.workload import EXIT_NO_DEVICE, EXIT_OOM, EXIT_PERMISSION, visible_devices
 

@@ -8,15 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.slurm import (
-    Gres,
-    gres_totals,
-    parse_gres,
-    parse_jobs,
-    parse_nodes,
-    parse_records,
-    parse_slurmd_gres,
-)
+from slurmpool.slurm.gres import Gres, gres_totals, parse_gres
+from slurmpool.slurm.parse import parse_jobs, parse_nodes, parse_records, parse_slurmd_gres
 
 DATA = Path(__file__).parent / "data"
 VERSIONS = sorted(

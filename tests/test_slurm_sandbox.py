@@ -12,8 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from slurmpool.cli import main
-from slurmpool.sandbox import Layout, Sandbox, SandboxError, SandboxOptions, SandboxState, procs
+from slurmpool.sandbox import procs
 from slurmpool.sandbox.cluster import (
+    Sandbox,
+    SandboxError,
+    SandboxOptions,
     base_slurm_conf,
     free_port_block,
     monitord_argv,
@@ -22,11 +25,11 @@ from slurmpool.sandbox.cluster import (
     wait_for,
 )
 from slurmpool.sandbox.hosts import loopback_hosts, machine_names
-from slurmpool.sandbox.layout import load_state
+from slurmpool.sandbox.layout import Layout, SandboxState, load_state
 from slurmpool.sandbox.requirements import REQUIRED_PROGRAMS, missing_programs
 from slurmpool.sandbox.users import login_uid_range, login_users
-from slurmpool.slurm import Runner
 from slurmpool.slurm.conf import settings
+from slurmpool.slurm.runner import Runner
 
 
 def test_spawn_and_stop_by_pid(tmp_path: Path) -> None:

@@ -4,9 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.slurm import SlurmVersion, SlurmVersionError, parse_version
 from slurmpool.slurm.runner import Runner
-from slurmpool.slurm.version import InstalledSlurm, installed_version
+from slurmpool.slurm.version import (
+    InstalledSlurm,
+    SlurmVersion,
+    SlurmVersionError,
+    installed_version,
+    parse_version,
+)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ it with ``sacctmgr -i modify job where jobid=... set AdminComment=...``
 (the only way once the job has ended), read it back with ``sacct`` and
 remove the summary from the outbox only when the stored text decodes to
 exactly what was written.  Failures stay in the outbox with exponential
-backoff.  Every command goes through :class:`~slurmpool.slurm.Runner`.
+backoff.  Every command goes through :class:`~slurmpool.slurm.runner.Runner`.
 
 Standard library only (EpilogSlurmctld may push too).
 """

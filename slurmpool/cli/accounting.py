@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
-from slurmpool.cli.nodeopts import existing_store, node_context, node_options, slurm_runner
+from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner, usage_error
+from slurmpool.cli.nodeopts import existing_store, node_context, node_options
 
 
 @click.group()

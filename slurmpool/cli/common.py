@@ -1,14 +1,16 @@
-"""Helpers shared by CLI commands: error reporting and JSON output."""
+"""Helpers shared by CLI commands: error reporting, JSON output, the Slurm runner."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 if TYPE_CHECKING:
-    from slurmpool.policy import Policy
+    from slurmpool.policy.model import Policy
+    from slurmpool.slurm.runner import Runner
     from slurmpool.slurm.version import InstalledSlurm
 
 # Exit codes used across commands.
@@ -27,13 +29,23 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
+def slurm_runner(timeout: float = 30.0) -> Runner:
+    """A Runner with this process's PATH and SLURM_CONF."""
+    from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
+
+    env = {"PATH": os.environ.get("PATH", os.pathsep.join(DEFAULT_SEARCH_PATH))}
+    search = tuple(p for p in env["PATH"].split(os.pathsep) if p) + DEFAULT_SEARCH_PATH
+    return Runner(
+        env=env, search_path=search, timeout=timeout, slurm_conf=os.environ.get("SLURM_CONF")
+    )
+
+
 def installed_slurm_for(policy: Policy) -> InstalledSlurm | None:
     """The Slurm installed here, when the policy names none to generate for
     (None when it does: its ``slurm_version`` is the override).  Exits with a
     usage error saying what was tried when no Slurm answers."""
     if policy.slurm_version is not None:
         return None
-    from slurmpool.cli.nodeopts import slurm_runner
     from slurmpool.slurm.version import SlurmVersionError, installed_version
 
     try:

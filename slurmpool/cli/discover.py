@@ -7,7 +7,8 @@ import click
 from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
 from slurmpool.discover import discover as discover_node
 from slurmpool.discover import render_text
-from slurmpool.gpu import BackendSpecError, BackendUnavailable, GpuBackendError, open_backend
+from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
+from slurmpool.gpu.select import BackendSpecError, open_backend
 
 ENV_BACKEND = "SLURMPOOL_GPU_BACKEND"
 

@@ -57,7 +57,7 @@ def doctor(
     Example: ``slurmpool doctor --policy pool.yaml --node gpu01``
     """
     from slurmpool.doctor import DoctorOptions, run_doctor
-    from slurmpool.slurm import Runner
+    from slurmpool.slurm.runner import Runner
 
     if node_config is None:
         if policy_path is None:

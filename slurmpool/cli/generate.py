@@ -9,7 +9,8 @@ from slurmpool.cli.common import EXIT_USAGE, installed_slurm_for
 from slurmpool.cli.policy import parse_vars, var_option
 from slurmpool.configgen.inventory import ConfigError, load_inventories
 from slurmpool.configgen.render import generate
-from slurmpool.policy import PolicyError, load_policy
+from slurmpool.policy.errors import PolicyError
+from slurmpool.policy.loader import load_policy
 
 
 @click.command("generate-config")

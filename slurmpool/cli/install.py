@@ -12,7 +12,7 @@ from slurmpool.cli.common import EXIT_FAIL, installed_slurm_for, usage_error
 
 if TYPE_CHECKING:
     from slurmpool.install import Plan
-    from slurmpool.policy import Policy
+    from slurmpool.policy.model import Policy
 
 root_option = click.option(
     "--root",
@@ -37,7 +37,8 @@ def _variables(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def _load(policy_path: Path, var: tuple[str, ...]) -> Policy:
-    from slurmpool.policy import PolicyError, load_policy
+    from slurmpool.policy.errors import PolicyError
+    from slurmpool.policy.loader import load_policy
 
     try:
         return load_policy(policy_path, variables=_variables(var))
@@ -115,8 +116,8 @@ def install(
 
     Example: ``slurmpool install --policy pool.yaml --dry-run``
     """
-    from slurmpool.configgen import generate
     from slurmpool.configgen.inventory import ConfigError
+    from slurmpool.configgen.render import generate
     from slurmpool.install import InstallError, plan_install, target_for_policy
 
     policy = _load(policy_path, var)

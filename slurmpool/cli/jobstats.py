@@ -10,8 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json
-from slurmpool.cli.nodeopts import slurm_runner
+from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner
 
 FIELDS = (
     "JobIDRaw,User,Account,Partition,NodeList,State,Start,ElapsedRaw,ReqTRES,AllocTRES,AdminComment"

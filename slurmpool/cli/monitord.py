@@ -11,8 +11,8 @@ from types import FrameType
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
-from slurmpool.cli.nodeopts import node_context, node_options, slurm_runner
+from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner, usage_error
+from slurmpool.cli.nodeopts import node_context, node_options
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -79,7 +79,8 @@ def monitord(
 
     Example: ``slurmpool monitord --node-config /etc/slurm/node-config.json --once``
     """
-    from slurmpool.gpu import GpuBackendError, open_backend
+    from slurmpool.gpu.backend import GpuBackendError
+    from slurmpool.gpu.select import open_backend
     from slurmpool.monitor.attribution import PidResolver
     from slurmpool.monitor.daemon import (
         DEFAULT_ADDRESS,

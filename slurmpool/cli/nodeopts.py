@@ -1,8 +1,8 @@
 """Options and lookups shared by the node-side commands (monitord, accounting, jobstats).
 
-The only place these commands read the environment: ``$SLURMD_NODENAME``,
-``$SLURM_CONF``, ``$PATH`` and ``$SLURMPOOL_NODE_CONFIG`` become explicit values
-passed below.
+The only place these commands read the environment (besides
+:func:`slurmpool.cli.common.slurm_runner`): ``$SLURMD_NODENAME`` and
+``$SLURMPOOL_NODE_CONFIG`` become explicit values passed below.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from slurmpool.configgen.nodeconfig import (
     load_node_config,
 )
 from slurmpool.modes import GpuMode
-from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
 from slurmpool.state.db import StateStoreError, store_path
 
 DEFAULT_NODE_CONFIG = "/etc/slurm/node-config.json"
@@ -101,12 +100,3 @@ def existing_store(ctx: NodeContext) -> Path:
             "sandbox node run it as `slurmpool sandbox exec NODE -- slurmpool ...`"
         )
     return ctx.store_path
-
-
-def slurm_runner(timeout: float = 30.0) -> Runner:
-    """A Runner with this process's PATH and SLURM_CONF."""
-    env = {"PATH": os.environ.get("PATH", os.pathsep.join(DEFAULT_SEARCH_PATH))}
-    search = tuple(p for p in env["PATH"].split(os.pathsep) if p) + DEFAULT_SEARCH_PATH
-    return Runner(
-        env=env, search_path=search, timeout=timeout, slurm_conf=os.environ.get("SLURM_CONF")
-    )

@@ -9,7 +9,10 @@ from typing import Any
 import click
 
 from slurmpool.cli.common import EXIT_USAGE
-from slurmpool.policy import Policy, PolicyError, json_schema, load_policy
+from slurmpool.policy.errors import PolicyError
+from slurmpool.policy.loader import load_policy
+from slurmpool.policy.model import Policy
+from slurmpool.policy.schema import json_schema
 
 
 def parse_vars(values: tuple[str, ...]) -> dict[str, str]:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
-from slurmpool.cli.nodeopts import slurm_runner
+from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner, usage_error
 
 
 @click.command()

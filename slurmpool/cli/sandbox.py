@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from slurmpool.cli.common import EXIT_FAIL, echo_json
-from slurmpool.sandbox import DEFAULT_SANDBOX_DIR, Sandbox, SandboxError, SandboxOptions
-from slurmpool.slurm import Runner, SlurmCommandError
+from slurmpool.sandbox.cluster import Sandbox, SandboxError, SandboxOptions
+from slurmpool.sandbox.layout import DEFAULT_SANDBOX_DIR
+from slurmpool.slurm.runner import Runner, SlurmCommandError
 
 dir_option = click.option(
     "--dir",

@@ -6,7 +6,8 @@ import click
 
 from slurmpool.catalogue import CatalogueError
 from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
-from slurmpool.sim import SimError, SimGpuSpec, create_node, node_summary, reset_gpu
+from slurmpool.sim.node import SimGpuSpec, create_node, node_summary, reset_gpu
+from slurmpool.sim.state import SimError
 
 state_option = click.option(
     "--state",

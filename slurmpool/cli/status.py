@@ -28,7 +28,8 @@ def status(as_json: bool, node_config: str, node_name: str | None) -> None:
     Example: ``slurmpool status --node sbx1 --node-config /etc/slurm/node-config.json --json``
     """
     from slurmpool.configgen.nodeconfig import NodeConfigError, load_node_config
-    from slurmpool.gpu import GpuBackendError, open_backend
+    from slurmpool.gpu.backend import GpuBackendError
+    from slurmpool.gpu.select import open_backend
     from slurmpool.pooling.node import Broken, Deadline, Node
     from slurmpool.pooling.status import node_status, render_text
     from slurmpool.state.db import StateStoreError

@@ -1,79 +1,14 @@
-"""GPU access for slurmpool: the backend interface and how to open one.
+"""GPU access: what slurmpool needs from a node's GPUs, and how to open them.
 
-``open_backend("nvml")`` for the real driver, ``open_backend("sim:DIR")`` for
-a simulated node.  Cheap to import (no pynvml until a real backend is opened).
+- :mod:`.backend`: the records and errors every backend speaks (standard
+  library only: the job hooks import it on every job);
+- :mod:`.interface`: the :class:`~.interface.GpuBackend` protocol;
+- :mod:`.nvml`: the one implementation, over pynvml or the simulator's NVML;
+- :mod:`.select`: ``open_backend("nvml")`` for the real driver,
+  ``open_backend("sim:DIR")`` for a simulated node.
 
-The names below are imported from their submodules on first use: the job
-hooks import :mod:`slurmpool.gpu.backend` on every job, and that must not
-load the rest of the package (nor :mod:`typing`, for :class:`GpuBackend`).
+What the driver offers besides NVML (importing pynvml, the ``mig-minors``
+table) is :mod:`slurmpool.driver`, shared with the simulator.
+
+Import names from their module; this face loads nothing.
 """
-
-from slurmpool.lazy import lazy_exports
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from slurmpool.gpu.backend import (
-        BackendUnavailable,
-        GpuBackendError,
-        GpuInfo,
-        InUseError,
-        InvalidRequestError,
-        MemoryInfo,
-        MigInstance,
-        MigMinors,
-        NoPermissionError,
-        NoRoomError,
-        NotSupportedError,
-        ProcessInfo,
-        SmSample,
-        parse_mig_minors,
-    )
-    from slurmpool.gpu.interface import GpuBackend
-    from slurmpool.gpu.nvml import NvmlBackend
-    from slurmpool.gpu.select import BackendSpecError, open_backend
-
-# Where each name lives.
-_LAZY = {
-    "BackendSpecError": "select",
-    "BackendUnavailable": "backend",
-    "GpuBackend": "interface",
-    "GpuBackendError": "backend",
-    "GpuInfo": "backend",
-    "InUseError": "backend",
-    "InvalidRequestError": "backend",
-    "MemoryInfo": "backend",
-    "MigInstance": "backend",
-    "MigMinors": "backend",
-    "NoPermissionError": "backend",
-    "NoRoomError": "backend",
-    "NotSupportedError": "backend",
-    "NvmlBackend": "nvml",
-    "ProcessInfo": "backend",
-    "SmSample": "backend",
-    "open_backend": "select",
-    "parse_mig_minors": "backend",
-}
-
-__all__ = [
-    "BackendSpecError",
-    "BackendUnavailable",
-    "GpuBackend",
-    "GpuBackendError",
-    "GpuInfo",
-    "InUseError",
-    "InvalidRequestError",
-    "MemoryInfo",
-    "MigInstance",
-    "MigMinors",
-    "NoPermissionError",
-    "NoRoomError",
-    "NotSupportedError",
-    "NvmlBackend",
-    "ProcessInfo",
-    "SmSample",
-    "open_backend",
-    "parse_mig_minors",
-]
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

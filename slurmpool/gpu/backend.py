@@ -6,24 +6,24 @@ implementation is :class:`slurmpool.gpu.nvml.NvmlBackend`, which runs on
 the real pynvml or on the simulator; :func:`slurmpool.gpu.select.open_backend`
 builds it from a spec string.
 
-Also here: the parser for the driver's ``mig-minors`` table, which maps MIG
-capabilities to ``/dev/nvidia-caps/nvidia-cap<n>`` minors.
+Also here: :class:`MigMinorLookup`, the backend's lazy reading of the
+driver's ``mig-minors`` table (:mod:`slurmpool.driver.mig_minors`), which maps
+MIG capabilities to ``/dev/nvidia-caps/nvidia-cap<n>`` minors.
 
 Standard library only: the job hooks import this on every job start.  The
-:class:`GpuBackend` protocol itself lives in :mod:`slurmpool.gpu.interface`
-(it needs :mod:`typing`) and is imported from here on first use.
+:class:`GpuBackend` protocol lives in :mod:`slurmpool.gpu.interface` (it
+needs :mod:`typing`).
 """
 
 from __future__ import annotations
 
-from slurmpool.lazy import lazy_exports
+from slurmpool.driver.mig_minors import table_line
 from slurmpool.records import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from slurmpool.gpu.interface import GpuBackend as GpuBackend
     from slurmpool.placement import Placement
 
 # -- errors -------------------------------------------------------------------
@@ -147,79 +147,7 @@ class SmSample:
     handle: object = field(repr=False)
 
 
-# GpuBackend is for type checkers; importing it at runtime is rare (tests).
-__getattr__, __dir__ = lazy_exports(__name__, {"GpuBackend": "interface"}, "slurmpool.gpu")
-
-
 # -- mig-minors ----------------------------------------------------------------
-
-MIG_MINORS_PATH = "/proc/driver/nvidia-caps/mig-minors"
-
-
-@record(frozen=True, slots=True)
-class MigMinors:
-    """The parsed ``mig-minors`` table.  Keys of ``caps`` are
-    ``(gpu_minor, gi_id, None)`` for GPU instances and
-    ``(gpu_minor, gi_id, ci_id)`` for compute instances."""
-
-    config: int | None
-    monitor: int | None
-    caps: dict[tuple[int, int, int | None], int]
-
-    def get(self, key: tuple[int, int | None, int | None]) -> int | None:
-        gpu, gi, ci = key
-        if gi is None:
-            return None
-        return self.caps.get((gpu, gi, ci))
-
-    def gi_minor(self, gpu_minor: int, gi_id: int) -> int | None:
-        return self.caps.get((gpu_minor, gi_id, None))
-
-    def ci_minor(self, gpu_minor: int, gi_id: int, ci_id: int) -> int | None:
-        return self.caps.get((gpu_minor, gi_id, ci_id))
-
-
-def _cap_key(name: str) -> tuple[int, int, int | None] | None:
-    # gpu<g>/gi<i>/access or gpu<g>/gi<i>/ci<c>/access
-    parts = name.split("/")
-    if len(parts) not in (3, 4) or parts[-1] != "access":
-        return None
-    nums = []
-    for part, prefix in zip(parts[:-1], ("gpu", "gi", "ci"), strict=False):
-        if not part.startswith(prefix) or not part[len(prefix) :].isdigit():
-            return None
-        nums.append(int(part[len(prefix) :]))
-    return (nums[0], nums[1], nums[2] if len(nums) == 3 else None)
-
-
-def parse_mig_minors(text: str, source: str = "mig-minors") -> MigMinors:
-    """Parse ``/proc/driver/nvidia-caps/mig-minors`` (lines ``<name> <minor>``).
-
-    Unknown names are ignored (newer drivers may add some); a line that is
-    not ``<name> <number>`` raises ``ValueError`` naming the line.
-    """
-    config = monitor = None
-    caps: dict[tuple[int, int, int | None], int] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        name, minor = _table_line(line, source, lineno)
-        if name == "config":
-            config = minor
-        elif name == "monitor":
-            monitor = minor
-        else:
-            key = _cap_key(name)
-            if key is not None:
-                caps[key] = minor
-    return MigMinors(config, monitor, caps)
-
-
-def _table_line(line: str, source: str, lineno: int) -> tuple[str, int]:
-    fields = line.split()
-    if len(fields) != 2 or not fields[1].isdigit():
-        raise ValueError(f"{source}: line {lineno}: expected '<name> <minor>', got {line!r}")
-    return fields[0], int(fields[1])
 
 
 class MigMinorLookup:
@@ -255,7 +183,7 @@ class MigMinorLookup:
             line = text[start + 1 : end if end >= 0 else len(text)]
             lineno = text.count("\n", 0, start + 1)
             try:
-                minor = _table_line(line, self._source, lineno)[1]
+                minor = table_line(line, self._source, lineno)[1]
             except ValueError as e:
                 raise GpuBackendError(str(e)) from None
         self._found[name] = minor

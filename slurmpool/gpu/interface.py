@@ -2,9 +2,7 @@
 
 A module of its own so that the job hooks, which import
 :mod:`slurmpool.gpu.backend` on every job, do not import :mod:`typing` for a
-class that only type checkers use.  ``from slurmpool.gpu import GpuBackend``
-and ``from slurmpool.gpu.backend import GpuBackend`` both still work; they
-import this module on first use.
+class that only type checkers use.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ import ctypes
 import os
 
 from slurmpool.catalogue import CatalogueError, default_catalogue
+from slurmpool.driver.mig_minors import MIG_MINORS_PATH
 from slurmpool.gpu.backend import (
-    MIG_MINORS_PATH,
     BackendUnavailable,
     GpuBackendError,
     GpuInfo,

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 
-from slurmpool.gpu.backend import MIG_MINORS_PATH, BackendUnavailable, GpuBackendError
+from slurmpool.driver.mig_minors import MIG_MINORS_PATH
+from slurmpool.driver.pynvml_import import preload_pynvml
+from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
 from slurmpool.gpu.nvml import NvmlBackend
-from slurmpool.gpu.pynvml_import import preload_pynvml
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

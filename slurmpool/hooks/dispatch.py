@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeAlias
 
-    from slurmpool.gpu.backend import GpuBackend
+    from slurmpool.gpu.interface import GpuBackend
     from slurmpool.hooks.context import HookContext
     from slurmpool.pooling.node import Job, Node
     from slurmpool.pooling.slurmjob import SlurmJobs

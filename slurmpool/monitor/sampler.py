@@ -1,6 +1,6 @@
 """One sampling pass over a node's GPUs, attributed to Slurm jobs.
 
-:class:`Sampler` reads through a :class:`~slurmpool.gpu.GpuBackend` only; what
+:class:`Sampler` reads through a :class:`~slurmpool.gpu.interface.GpuBackend` only; what
 it is told about jobs (an :class:`~.attribution.Attribution` and a PID
 resolver) is passed in, so a pass is testable on the simulator without Slurm.
 
@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from slurmpool.gpu.backend import GpuBackend, GpuBackendError, GpuInfo, MigInstance, SmSample
+from slurmpool.gpu.backend import GpuBackendError, GpuInfo, MigInstance, SmSample
+from slurmpool.gpu.interface import GpuBackend
 from slurmpool.modes import GpuMode
 from slurmpool.monitor.attribution import Attribution, JobRef, PidResolver
 from slurmpool.state.samples import KIND_GPU, KIND_MIG, KIND_SHARE, DeviceSample

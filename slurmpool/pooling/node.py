@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from slurmpool.catalogue import Catalogue
     from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeConfig, NodeGpu
-    from slurmpool.gpu.backend import GpuBackend
+    from slurmpool.gpu.interface import GpuBackend
     from slurmpool.state.db import Component
     from slurmpool.state.store import NodeStore
 

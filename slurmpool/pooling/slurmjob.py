@@ -1,7 +1,7 @@
 """The Slurm calls the pooling hooks make, through the one runner.
 
 Each call is bounded (``timeout_s``); failures raise
-:class:`slurmpool.slurm.SlurmCommandError` with argv, status and stderr.
+:class:`slurmpool.slurm.runner.SlurmCommandError` with argv, status and stderr.
 """
 
 from __future__ import annotations

@@ -1,21 +1,5 @@
-"""A real Slurm cluster on this machine (loopback only) for the README and integration tests."""
+"""A real Slurm cluster on this machine (loopback only) for the README and integration tests.
 
-from slurmpool.sandbox.cluster import (
-    Sandbox,
-    SandboxError,
-    SandboxOptions,
-    SandboxRunning,
-    default_policy_path,
-)
-from slurmpool.sandbox.layout import DEFAULT_SANDBOX_DIR, Layout, SandboxState
-
-__all__ = [
-    "DEFAULT_SANDBOX_DIR",
-    "Layout",
-    "Sandbox",
-    "SandboxError",
-    "SandboxOptions",
-    "SandboxRunning",
-    "SandboxState",
-    "default_policy_path",
-]
+:class:`~.cluster.Sandbox` brings it up and down; :mod:`.layout` says where
+everything lives.
+"""

@@ -37,7 +37,7 @@ from slurmpool.install import (
     plan_install,
     target_for_policy,
 )
-from slurmpool.policy import Policy
+from slurmpool.policy.model import Policy
 from slurmpool.sandbox import procs
 from slurmpool.sandbox.hosts import loopback_hosts, machine_names
 from slurmpool.sandbox.layout import (
@@ -505,7 +505,8 @@ class Sandbox:
         return state
 
     def _load_policy(self, path: Path) -> Policy:
-        from slurmpool.policy import PolicyError, load_policy
+        from slurmpool.policy.errors import PolicyError
+        from slurmpool.policy.loader import load_policy
 
         try:
             return load_policy(path, variables={"root": str(self.layout.node_root)})
@@ -829,7 +830,7 @@ class Sandbox:
             self._wait_monitord(state, d)
 
     def _install(self, policy: Policy, state: SandboxState, options: SandboxOptions) -> None:
-        from slurmpool.configgen import generate
+        from slurmpool.configgen.render import generate
 
         generated = generate(policy, installed=self.installed_slurm)
         python, python_path = hook_interpreter(options)

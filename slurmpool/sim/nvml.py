@@ -63,7 +63,7 @@ import time
 from contextlib import contextmanager  # pynvml imports it anyway
 
 from slurmpool.catalogue import ComputeInstanceProfile, PartialCatalogue
-from slurmpool.gpu.pynvml_import import preload_pynvml
+from slurmpool.driver.pynvml_import import preload_pynvml
 from slurmpool.sim.state import (
     IMMEDIATE_MIG_MODE,
     SimError,

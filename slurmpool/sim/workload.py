@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from slurmpool.gpu.backend import parse_mig_minors
+from slurmpool.driver.mig_minors import parse_mig_minors
 from slurmpool.sim.devices import cap_path, gpu_path
 from slurmpool.sim.processes import attach_process, detach_process
 from slurmpool.sim.state import (

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.sandbox import Sandbox, SandboxOptions, SandboxState
+from slurmpool.sandbox.cluster import Sandbox, SandboxOptions
+from slurmpool.sandbox.layout import SandboxState
 from slurmpool.sandbox.requirements import missing_programs
-from slurmpool.slurm import CommandResult, Runner, parse_jobs
+from slurmpool.slurm.parse import parse_jobs
+from slurmpool.slurm.runner import CommandResult, Runner
 
 from .hygiene import restore
 from .polling import poll

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from slurmpool.gpu import open_backend
-from slurmpool.slurm import parse_nodes
+from slurmpool.gpu.select import open_backend
+from slurmpool.slurm.parse import parse_nodes
 
 from .polling import poll
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.slurm import parse_nodes, parse_version
+from slurmpool.slurm.parse import parse_nodes
+from slurmpool.slurm.version import parse_version
 
 from .conftest import Cluster
 from .polling import poll

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.configgen import generate
+from slurmpool.configgen.render import generate
 from slurmpool.doctor import _gres_conf_entries, expand_files
 from slurmpool.hostlist import HostList
-from slurmpool.policy import load_policy
-from slurmpool.slurm import parse_slurmd_gres
+from slurmpool.policy.loader import load_policy
+from slurmpool.slurm.parse import parse_slurmd_gres
 
 from .conftest import Cluster
 

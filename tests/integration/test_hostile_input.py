@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmpool.slurm import parse_nodes
+from slurmpool.slurm.parse import parse_nodes
 
 from .conftest import Cluster
 

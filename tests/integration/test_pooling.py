@@ -17,7 +17,7 @@ from typing import Any
 
 import needs
 
-from slurmpool.slurm import parse_jobs, parse_nodes
+from slurmpool.slurm.parse import parse_jobs, parse_nodes
 
 from .conftest import Cluster
 from .polling import poll

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from slurmpool.doctor import expected_node_gres
-from slurmpool.sandbox import SandboxError, SandboxOptions, SandboxRunning
-from slurmpool.slurm import gres_totals, parse_gres, parse_nodes
+from slurmpool.sandbox.cluster import SandboxError, SandboxOptions, SandboxRunning
+from slurmpool.slurm.gres import gres_totals, parse_gres
+from slurmpool.slurm.parse import parse_nodes
 
 from .conftest import Cluster
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.sandbox import Sandbox, procs
+from slurmpool.sandbox import procs
+from slurmpool.sandbox.cluster import Sandbox
 
 from .polling import poll
 

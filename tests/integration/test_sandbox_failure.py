@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.sandbox import Sandbox, SandboxError, SandboxOptions, procs
-from slurmpool.slurm import DEFAULT_SEARCH_PATH, Runner
+from slurmpool.sandbox import procs
+from slurmpool.sandbox.cluster import Sandbox, SandboxError, SandboxOptions
+from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
 
 from .conftest import Cluster
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurmpool.gpu import open_backend
+from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
 
 from .conftest import Cluster

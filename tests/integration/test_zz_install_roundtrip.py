@@ -9,10 +9,9 @@ import hashlib
 import sys
 from pathlib import Path
 
-from slurmpool.configgen import generate
+from slurmpool.configgen.render import generate
 from slurmpool.install import apply, plan_install, plan_uninstall, target_for_policy
-from slurmpool.sandbox import SandboxOptions
-from slurmpool.sandbox.cluster import base_slurm_conf, hook_interpreter
+from slurmpool.sandbox.cluster import SandboxOptions, base_slurm_conf, hook_interpreter
 
 from .conftest import Cluster
 

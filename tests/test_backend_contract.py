@@ -134,6 +134,18 @@ def test_usage_queries(backend: GpuBackend) -> None:
         sample = backend.sm_sample(g.index)
         if sample is not None:
             backend.free_sm_sample(sample)
+        ecc = backend.ecc_errors(g.index)
+        assert ecc is None or (
+            set(ecc) <= {"ecc_corrected", "ecc_uncorrected"}
+            and all(n >= 0 for n in ecc.values())
+            and ecc
+        )
+
+
+def test_the_simulator_reports_no_ecc_counters(sim: tuple[Path, NvmlBackend]) -> None:
+    """The simulator has no ECC counters: "not available", never a made-up zero."""
+    _, backend = sim
+    assert [backend.ecc_errors(g.index) for g in backend.gpus()] == [None] * len(backend.gpus())
 
 
 def test_unknown_gpu_index_is_an_invalid_request(backend: GpuBackend) -> None:

@@ -109,3 +109,55 @@ def test_the_runner_loads_no_parser() -> None:
         [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+# -- streaming ------------------------------------------------------------------
+
+
+def test_stream_drains_a_stderr_larger_than_the_pipe(bin_dir: Path) -> None:
+    """A child that writes megabytes to stderr before its output never stalls: the
+    lines all arrive and the error keeps the end of stderr."""
+    tool(
+        bin_dir,
+        "sacct",
+        "i=0; while [ $i -lt 20000 ]; do echo 'warning: 0123456789012345678901234567' >&2;"
+        " i=$((i+1)); done\necho 'last words' >&2\nprintf '1|a\\n2|b\\n'\nexit 3\n",
+    )
+    r = Runner(search_path=[str(bin_dir)], timeout=120)
+    got: list[str] = []
+    with pytest.raises(SlurmCommandError) as info:
+        got.extend(r.stream("sacct", "-n"))
+    assert got == ["1|a\n", "2|b\n"]
+    err = info.value
+    assert not isinstance(err, SlurmCommandTimeout)
+    assert err.returncode == 3 and err.stderr.endswith("last words\n")
+    assert len(err.stderr) <= 64 * 1024
+
+
+def test_stream_yields_lines_and_ends_cleanly(bin_dir: Path) -> None:
+    tool(bin_dir, "sacct", 'echo "conf=$SLURM_CONF"; echo two\n')
+    r = Runner(search_path=[str(bin_dir)], slurm_conf="/etc/x.conf")
+    assert list(r.stream("sacct")) == ["conf=/etc/x.conf\n", "two\n"]
+
+
+def test_stream_times_out_and_kills_the_child(bin_dir: Path) -> None:
+    tool(bin_dir, "sacct", "echo first\nexec /bin/sleep 600\n")
+    r = Runner(search_path=[str(bin_dir)])
+    got: list[str] = []
+    with pytest.raises(SlurmCommandTimeout, match=r"timed out after 0\.5 s"):
+        got.extend(r.stream("sacct", timeout=0.5))
+    assert got == ["first\n"]
+
+
+def test_a_stream_left_early_kills_the_child(bin_dir: Path) -> None:
+    tool(bin_dir, "sacct", "echo $$\nexec /bin/sleep 600\n")
+    lines = Runner(search_path=[str(bin_dir)]).stream("sacct")
+    pid = int(next(lines))
+    lines.close()  # the caller stops reading
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped
+
+
+def test_stream_reports_a_missing_program(bin_dir: Path) -> None:
+    with pytest.raises(SlurmCommandNotFound):
+        list(Runner(search_path=[str(bin_dir)]).stream("sacct"))

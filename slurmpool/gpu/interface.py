@@ -73,6 +73,11 @@ class GpuBackend(Protocol):
 
     def energy_mj(self, gpu_index: int) -> int | None: ...
 
+    def ecc_errors(self, gpu_index: int) -> dict[str, int] | None:
+        """Volatile ECC error counts (``ecc_corrected``, ``ecc_uncorrected``) since the
+        driver loaded; None where the GPU or driver reports none."""
+        ...
+
     def sm_sample(self, gpu_index: int, gi_id: int | None = None) -> SmSample | None:
         """A GPM sample, or None where GPM is not supported (before Hopper)."""
         ...

@@ -22,6 +22,11 @@ from slurmpool.gpu.nvml import NvmlBackend
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from slurmpool.catalogue import Catalogue
+    from slurmpool.gpu.interface import GpuBackend
+
+    # mypy checks the one implementation, on the driver or the simulator, against
+    # the protocol every caller is typed with.
+    _CONFORMS: type[GpuBackend] = NvmlBackend
 
 DEFAULT_SPEC = "nvml"
 SIM_PREFIX = "sim:"

@@ -380,8 +380,7 @@ def _passthrough(node: Node, job: Job, whole: list[NodeGpu]) -> None:
         else:
             raise Broken(f"GPU {g.index}: still not usable after stopping processes")
         health: dict[str, object] = {"nvml": "ok"}
-        ecc = getattr(backend, "ecc_errors", None)
-        counters = ecc(index) if ecc is not None else None
+        counters = backend.ecc_errors(index)
         health["ecc"] = counters if counters is not None else "not available"
         health["xid"] = "not available"  # NVML reports XIDs only as events, not counters
         details: dict[str, object] = {"health": health}

@@ -11,11 +11,10 @@ runs (state ``REQUEUED``), which is how requeues are counted.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from slurmpool.slurm.runner import Runner, SlurmCommandError
+from slurmpool.slurm.runner import Runner
 
 FIELDS: tuple[str, ...] = (
     "JobIDRaw",
@@ -106,39 +105,7 @@ def sacct_args(
 def stream_sacct(runner: Runner, args: Sequence[str], timeout_s: float = 3600.0) -> Iterator[str]:
     """Lines of ``sacct args...`` as they arrive, with the Runner's path and environment.
 
-    Raises :class:`SlurmCommandError` (with stderr) when sacct fails, after
-    the lines it printed.
+    Raises :class:`~slurmpool.slurm.runner.SlurmCommandError` (with stderr)
+    when sacct fails, after the lines it printed (:meth:`Runner.stream`).
     """
-    argv = runner.argv("sacct", *args)
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=runner.child_env(),
-            text=True,
-            errors="replace",
-            bufsize=1 << 20,
-        )
-    except OSError as e:
-        raise SlurmCommandError(argv, None, "", reason=f"could not start: {e}") from None
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        yield from proc.stdout
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise SlurmCommandError(
-                argv, None, "", reason=f"timed out after {timeout_s:g} s"
-            ) from None
-        err = proc.stderr.read()
-        if rc != 0:
-            raise SlurmCommandError(argv, rc, err)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+    return runner.stream("sacct", *args, timeout=timeout_s)

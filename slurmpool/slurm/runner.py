@@ -17,7 +17,8 @@ from slurmpool.records import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
+    from typing import IO
 
 DEFAULT_SEARCH_PATH: tuple[str, ...] = (
     "/usr/local/sbin",
@@ -31,6 +32,8 @@ DEFAULT_SEARCH_PATH: tuple[str, ...] = (
 )
 
 DEFAULT_TIMEOUT_S = 30.0
+# Characters of a streamed command's stderr kept for its error.
+STDERR_KEPT = 64 * 1024
 
 
 class SlurmCommandError(RuntimeError):
@@ -175,6 +178,63 @@ class Runner:
             raise SlurmCommandError(argv, proc.returncode, proc.stderr, proc.stdout)
         return result
 
+    def stream(self, name: str, *args: str, timeout: float | None = None) -> Iterator[str]:
+        """Lines of ``name args...`` as they arrive (for output too large to hold).
+
+        Both pipes are drained as the child writes: stdout by the caller,
+        stderr by a thread that keeps its last :data:`STDERR_KEPT` characters
+        for the error, so a child writing a lot to stderr never stalls.  The
+        child is killed at ``timeout`` seconds from its start (the Runner's
+        timeout by default), and when the caller stops reading early.  Raises
+        :class:`SlurmCommandTimeout` or :class:`SlurmCommandError` (with
+        stderr) after the lines the child printed.
+        """
+        import threading
+
+        argv = self.argv(name, *args)
+        limit = self.timeout if timeout is None else timeout
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.child_env(),
+                text=True,
+                errors="replace",
+                bufsize=1 << 20,
+            )
+        except OSError as e:
+            raise SlurmCommandError(argv, None, "", reason=f"could not start: {e}") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        stderr = _Tail(proc.stderr, STDERR_KEPT)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+
+        timer = threading.Timer(limit, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield from proc.stdout
+            rc = proc.wait()
+            timer.cancel()
+            err = stderr.text()
+            if expired.is_set():
+                raise SlurmCommandTimeout(argv, None, err, reason=f"timed out after {limit:g} s")
+            if rc != 0:
+                raise SlurmCommandError(argv, rc, err)
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            stderr.join()
+            proc.stdout.close()
+            proc.stderr.close()
+
     def with_conf(self, slurm_conf: str | None) -> Runner:
         """A runner sharing this one's settings with another SLURM_CONF."""
         other = Runner(
@@ -185,6 +245,36 @@ class Runner:
         )
         other._paths.update(self._paths)
         return other
+
+
+class _Tail:
+    """Reads a text stream to its end in a thread, keeping the last ``keep`` characters."""
+
+    def __init__(self, stream: IO[str], keep: int) -> None:
+        import threading
+
+        self._stream = stream
+        self._keep = keep
+        self._chunks: list[str] = []
+        self._size = 0
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for chunk in iter(lambda: self._stream.read(1 << 16), ""):
+            self._chunks.append(chunk)
+            self._size += len(chunk)
+            while self._size - len(self._chunks[0]) >= self._keep:
+                self._size -= len(self._chunks.pop(0))
+
+    def join(self, timeout: float = 10.0) -> None:
+        # Bounded: a grandchild that inherited the pipe may hold it open.
+        self._thread.join(timeout)
+
+    def text(self) -> str:
+        """What was kept, once the stream has ended."""
+        self.join()
+        return "".join(self._chunks)[-self._keep :]
 
 
 def _text(data: bytes | str | None) -> str:

@@ -115,9 +115,24 @@ def test_cli_validate_errors(tmp_path: Path) -> None:
     assert "node_groups: expected at least 1 item" in result.output
 
 
-def test_cli_validate_bad_var() -> None:
-    result = CliRunner().invoke(main, ["policy", "validate", str(EXAMPLES[0]), "--var", "novalue"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["policy", "validate", "{policy}"],
+        ["generate-config", "--policy", "{policy}", "--out", "{tmp}/out"],
+        ["install", "--policy", "{policy}", "--root", "{tmp}", "--dry-run"],
+        ["uninstall", "--policy", "{policy}", "--root", "{tmp}", "--dry-run"],
+        ["doctor", "--policy", "{policy}", "--root", "{tmp}"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_every_command_reads_var_the_same_way(command: list[str], tmp_path: Path) -> None:
+    """One --var: the same option and the same error everywhere, before anything runs."""
+    args = [a.format(policy=EXAMPLES[0], tmp=tmp_path) for a in command]
+    result = CliRunner().invoke(main, [*args, "--var", "novalue"])
     assert result.exit_code == 2
+    assert "Invalid value for '--var': expected NAME=VALUE, got 'novalue'" in result.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_schema_is_json() -> None:

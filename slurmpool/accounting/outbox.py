@@ -135,10 +135,3 @@ def record_failure(store: StateDB, item: Pending, error: str, retry_at: float) -
                    next_attempt_at = ? WHERE id = ? AND created_at = ?""",
             (error[:2000], retry_at, item.id, item.created_at),
         )
-
-
-def make_due(store: StateDB, now: float | None = None) -> int:
-    """Make every pending summary due now (``slurmpool accounting flush``)."""
-    t = time.time() if now is None else now
-    with store.transaction() as conn:
-        return int(conn.execute("UPDATE accounting_outbox SET next_attempt_at = ?", (t,)).rowcount)

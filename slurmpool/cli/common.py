@@ -1,14 +1,18 @@
-"""Helpers shared by CLI commands: error reporting, JSON output, the Slurm runner."""
+"""Helpers shared by CLI commands: error reporting, JSON output, ``--var`` and the
+policy it fills in, the Slurm runner."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
     from slurmpool.policy.model import Policy
     from slurmpool.slurm.runner import Runner
     from slurmpool.slurm.version import InstalledSlurm
@@ -17,6 +21,8 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAIL = 1  # the answer is "no" (does not fit, check failed)
 EXIT_USAGE = 2  # bad input: unknown model/profile, malformed file
+
+F = TypeVar("F", bound="Callable[..., Any]")
 
 
 def usage_error(message: str) -> NoReturn:
@@ -27,6 +33,41 @@ def usage_error(message: str) -> NoReturn:
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _policy_variables(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}")
+        out[name] = value
+    return out
+
+
+def var_option(fn: F) -> F:
+    """``--var NAME=VALUE`` (repeatable), passed on as ``variables``: a dict."""
+    return click.option(
+        "--var",
+        "variables",
+        multiple=True,
+        metavar="NAME=VALUE",
+        callback=_policy_variables,
+        help="Substitute ${NAME} in the policy's paths (repeatable).",
+    )(fn)
+
+
+def load_policy_or_exit(path: str | Path, variables: Mapping[str, str]) -> Policy:
+    """The policy at ``path``; a usage error naming every problem when it is invalid."""
+    from slurmpool.policy.errors import PolicyError
+    from slurmpool.policy.loader import load_policy
+
+    try:
+        return load_policy(path, variables=variables)
+    except PolicyError as e:
+        usage_error(str(e))
 
 
 def slurm_runner(timeout: float = 30.0) -> Runner:

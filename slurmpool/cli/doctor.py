@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json
+from slurmpool.cli.common import EXIT_FAIL, echo_json, load_policy_or_exit, var_option
 
 
 @click.command()
@@ -24,7 +24,7 @@ from slurmpool.cli.common import EXIT_FAIL, echo_json
     default=None,
     help="The policy install used (locates the node config).",
 )
-@click.option("--var", multiple=True, metavar="NAME=VALUE", help="Policy ${NAME} variable.")
+@var_option
 @click.option("--node", default=None, help="This node's Slurm name [$SLURMD_NODENAME or hostname].")
 @click.option("--slurm-conf", default=None, help="slurm.conf [<slurm config dir>/slurm.conf].")
 @click.option("--backend", default=None, help="GPU backend spec [the node config's gpu_backend].")
@@ -41,7 +41,7 @@ from slurmpool.cli.common import EXIT_FAIL, echo_json
 def doctor(
     node_config: str | None,
     policy_path: Path | None,
-    var: tuple[str, ...],
+    variables: dict[str, str],
     node: str | None,
     slurm_conf: str | None,
     backend: str | None,
@@ -63,9 +63,7 @@ def doctor(
         if policy_path is None:
             node_config = "/etc/slurm/node-config.json"
         else:
-            from slurmpool.cli.install import _load
-
-            policy = _load(policy_path, var)
+            policy = load_policy_or_exit(policy_path, variables)
             node_config = os.path.join(policy.paths.slurm_config_dir, "node-config.json")
     name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     staged = root != Path("/")

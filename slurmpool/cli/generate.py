@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from slurmpool.catalogue import default_catalogue
-from slurmpool.cli.common import EXIT_USAGE, installed_slurm_for
-from slurmpool.cli.policy import parse_vars, var_option
+from slurmpool.cli.common import EXIT_USAGE, installed_slurm_for, var_option
 from slurmpool.configgen.inventory import ConfigError, load_inventories
 from slurmpool.configgen.render import generate
 from slurmpool.policy.errors import PolicyError
@@ -37,7 +36,7 @@ from slurmpool.policy.loader import load_policy
 )
 @var_option
 def generate_config(
-    policy_file: str, inventory_files: tuple[str, ...], out_dir: str, variables: tuple[str, ...]
+    policy_file: str, inventory_files: tuple[str, ...], out_dir: str, variables: dict[str, str]
 ) -> None:
     """Write slurmpool.conf, gres.conf, cgroup.conf, job_submit.lua and node-config.json.
 
@@ -49,7 +48,7 @@ def generate_config(
     Example: ``slurmpool generate-config --policy pool.yaml --inventory gpu001.json --out gen/``
     """
     try:
-        policy = load_policy(policy_file, variables=parse_vars(variables))
+        policy = load_policy(policy_file, variables=variables)
         inventories = load_inventories(inventory_files, default_catalogue())
         result = generate(policy, inventories, installed=installed_slurm_for(policy))
     except (PolicyError, ConfigError) as err:

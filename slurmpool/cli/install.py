@@ -8,11 +8,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, installed_slurm_for, usage_error
+from slurmpool.cli.common import (
+    EXIT_FAIL,
+    installed_slurm_for,
+    load_policy_or_exit,
+    usage_error,
+    var_option,
+)
 
 if TYPE_CHECKING:
     from slurmpool.install import Plan
-    from slurmpool.policy.model import Policy
 
 root_option = click.option(
     "--root",
@@ -24,26 +29,6 @@ root_option = click.option(
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print a unified diff of every change; change nothing."
 )
-
-
-def _variables(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            usage_error(f"--var {pair!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
-
-
-def _load(policy_path: Path, var: tuple[str, ...]) -> Policy:
-    from slurmpool.policy.errors import PolicyError
-    from slurmpool.policy.loader import load_policy
-
-    try:
-        return load_policy(policy_path, variables=_variables(var))
-    except PolicyError as e:
-        usage_error(str(e))
 
 
 def _run(plan: Plan, dry_run: bool) -> None:
@@ -77,7 +62,7 @@ def _run(plan: Plan, dry_run: bool) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The pool policy.",
 )
-@click.option("--var", multiple=True, metavar="NAME=VALUE", help="Policy ${NAME} variable.")
+@var_option
 @click.option(
     "--slurm-conf", default=None, help="The site's slurm.conf [<slurm_config_dir>/slurm.conf]."
 )
@@ -98,7 +83,7 @@ def _run(plan: Plan, dry_run: bool) -> None:
 @dry_run_option
 def install(
     policy_path: Path,
-    var: tuple[str, ...],
+    variables: dict[str, str],
     slurm_conf: str | None,
     systemd_dir: str,
     python: str,
@@ -120,7 +105,7 @@ def install(
     from slurmpool.configgen.render import generate
     from slurmpool.install import InstallError, plan_install, target_for_policy
 
-    policy = _load(policy_path, var)
+    policy = load_policy_or_exit(policy_path, variables)
     installed = installed_slurm_for(policy)
     if installed is not None and root.resolve() != Path("/"):
         click.echo(
@@ -155,12 +140,16 @@ def install(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The policy install used (for its state dir).",
 )
-@click.option("--var", multiple=True, metavar="NAME=VALUE", help="Policy ${NAME} variable.")
+@var_option
 @click.option("--state-dir", default=None, help="The state dir holding the install manifest.")
 @root_option
 @dry_run_option
 def uninstall(
-    policy_path: Path | None, var: tuple[str, ...], state_dir: str | None, root: Path, dry_run: bool
+    policy_path: Path | None,
+    variables: dict[str, str],
+    state_dir: str | None,
+    root: Path,
+    dry_run: bool,
 ) -> None:
     """Restore every file install changed, byte for byte, and remove what it created.
 
@@ -171,7 +160,7 @@ def uninstall(
     if state_dir is None:
         if policy_path is None:
             usage_error("pass --policy or --state-dir")
-        state_dir = _load(policy_path, var).paths.state_dir
+        state_dir = load_policy_or_exit(policy_path, variables).paths.state_dir
     assert state_dir is not None
     try:
         plan = plan_uninstall(state_dir, root)

@@ -3,36 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
 
 import click
 
-from slurmpool.cli.common import EXIT_USAGE
+from slurmpool.cli.common import EXIT_USAGE, var_option
 from slurmpool.policy.errors import PolicyError
 from slurmpool.policy.loader import load_policy
 from slurmpool.policy.model import Policy
 from slurmpool.policy.schema import json_schema
-
-
-def parse_vars(values: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--var")
-        out[name] = value
-    return out
-
-
-def var_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--var",
-        "variables",
-        multiple=True,
-        metavar="NAME=VALUE",
-        help="Substitute ${NAME} in the policy's paths (repeatable).",
-    )(f)
 
 
 def summary(policy: Policy) -> str:
@@ -58,13 +36,13 @@ def policy() -> None:
 @policy.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @var_option
-def validate(file: str, variables: tuple[str, ...]) -> None:
+def validate(file: str, variables: dict[str, str]) -> None:
     """Validate FILE; print a summary (exit 0) or every problem found (exit 2).
 
     Example: ``slurmpool policy validate examples/sandbox.yaml --var root=/tmp/sbx``
     """
     try:
-        result = load_policy(file, variables=parse_vars(variables))
+        result = load_policy(file, variables=variables)
     except PolicyError as err:
         click.echo(str(err), err=True)
         raise SystemExit(EXIT_USAGE) from None

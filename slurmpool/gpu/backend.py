@@ -128,10 +128,6 @@ class MemoryInfo:
     total_mib: int
     used_mib: int
 
-    @property
-    def free_mib(self) -> int:
-        return self.total_mib - self.used_mib
-
 
 @record(slots=True)
 class SmSample:

@@ -5,6 +5,6 @@
 Import-light on purpose (standard library, the node config loader and
 nothing else): a hook runs on every job start and end.  Each hook is a
 function in :data:`slurmpool.hooks.dispatch.HOOKS` taking a
-:class:`~slurmpool.hooks.context.HookContext`; later work (MIG carving,
-release, accounting) replaces those functions, not this plumbing.
+:class:`~slurmpool.hooks.context.HookContext` and handing the job to
+:mod:`slurmpool.pooling`, which does the work.
 """

@@ -72,7 +72,7 @@ def main(
     except NodeConfigError as e:
         log.event("node-config-error", level="error", job=job.job_id or "-", error=str(e))
         return 1
-    ctx = HookContext(hook, env, job, config, log, node_config_path)
+    ctx = HookContext(hook, env, job, config, log)
     try:
         return HOOKS[hook](ctx)
     except Exception as e:  # a bug must be visible in the log, with the job it hit

@@ -11,20 +11,6 @@ if TYPE_CHECKING:
     from slurmpool.configgen.nodeconfig import NodeConfig
     from slurmpool.hooks.log import HookLog
 
-# Variables the hooks read, in the order they are logged.
-JOB_VARS = (
-    "SLURM_JOB_ID",
-    "SLURM_JOB_UID",
-    "SLURM_JOB_USER",
-    "SLURM_JOB_PARTITION",
-    "SLURMD_NODENAME",
-    "SLURM_CLUSTER_NAME",
-    "SLURM_JOB_GPUS",
-    "CUDA_VISIBLE_DEVICES",
-    "SLURM_SCRIPT_CONTEXT",
-    "SLURM_JOB_RESTART_COUNT",
-)
-
 
 @record(frozen=True)
 class JobEnv:
@@ -35,7 +21,6 @@ class JobEnv:
     node: str | None
     cluster: str | None
     job_gpus: str | None
-    context: str | None
     restart_count: int
 
     @classmethod
@@ -50,7 +35,6 @@ class JobEnv:
             node=env.get("SLURMD_NODENAME"),
             cluster=env.get("SLURM_CLUSTER_NAME"),
             job_gpus=env.get("SLURM_JOB_GPUS"),
-            context=env.get("SLURM_SCRIPT_CONTEXT"),
             restart_count=int(restarts) if restarts.isdigit() else 0,
         )
 
@@ -62,4 +46,3 @@ class HookContext:
     job: JobEnv
     config: NodeConfig
     log: HookLog
-    node_config_path: str

@@ -119,8 +119,3 @@ def instance_of(record: Allocation, instances: Sequence[MigInstance]) -> MigInst
         if pl is not None and (inst.placement.start, inst.placement.size) == pl:
             return inst
     return None
-
-
-def cuda_devices(uuids: Sequence[str]) -> str:
-    """``CUDA_VISIBLE_DEVICES`` for MIG devices (their UUIDs already start ``MIG-``)."""
-    return ",".join(uuids)

@@ -71,9 +71,6 @@ class Deadline:
     def left(self) -> float:
         return max(0.0, self.seconds - (time.monotonic() - self.start))
 
-    def expired(self) -> bool:
-        return self.left() <= 0
-
 
 @record
 class Node:

@@ -28,7 +28,7 @@ from slurmpool.state.db import Component
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
 
     from slurmpool.state.db import StateDB
 
@@ -292,23 +292,6 @@ def _sample(r: sqlite3.Row) -> DeviceSample:
         energy_mj=r["energy_mj"],
         nprocs=r["nprocs"],
     )
-
-
-def latest_samples(store: StateDB) -> list[DeviceSample]:
-    """The rows of the most recent pass."""
-    row = store.conn.execute("SELECT MAX(t) FROM gpu_samples").fetchone()
-    if row is None or row[0] is None:
-        return []
-    rows = store.conn.execute(
-        "SELECT * FROM gpu_samples WHERE t = ? ORDER BY gpu_index, gi_id", (row[0],)
-    ).fetchall()
-    return [_sample(r) for r in rows]
-
-
-def forget_job(store: StateDB, job_ids: Iterable[str]) -> None:
-    """Drop the running totals of jobs whose summary has been taken."""
-    with store.transaction() as conn:
-        conn.executemany("DELETE FROM job_device_totals WHERE job_id = ?", [(j,) for j in job_ids])
 
 
 @record(frozen=True, slots=True)

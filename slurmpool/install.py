@@ -34,7 +34,6 @@ import difflib
 import hashlib
 import json
 import os
-import shlex
 import stat
 import sys
 from collections.abc import Mapping, Sequence
@@ -42,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
 from slurmpool.slurm.conf import scan_conf, strip_comment
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class InstallTarget:
 
     @property
     def node_config(self) -> str:
-        return os.path.join(self.config_dir, "node-config.json")
+        return os.path.join(self.config_dir, NODE_CONFIG_NAME)
 
     @property
     def manifest(self) -> str:
@@ -400,54 +400,37 @@ def edit_conf(pristine: str, fragment: str, target: InstallTarget) -> ConfEdit:
 # --- rendering ------------------------------------------------------------
 
 
-def _sh(value: object) -> str:
-    return shlex.quote(str(value))
-
-
 def render_wrapper(spec: HookSpec, site_hooks: Sequence[str], target: InstallTarget) -> str:
-    import jinja2
+    from slurmpool.templates import environment
 
-    from slurmpool.resources import templates_dir
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["sh"] = _sh
-    return env.get_template("hook-wrapper.sh.j2").render(
-        hook=spec.name,
-        slurm_key=spec.slurm_key,
-        order=spec.order,
-        order_text=spec.order_text,
-        site_hooks=list(site_hooks),
-        path=target.path,
-        slurm_conf=target.slurm_conf,
-        timeout=target.timeout_bin,
-        timeout_s=int(target.hook_timeouts.get(spec.name, 30)),
-        python=target.python,
-        python_path=target.python_path,
-        node_config=target.node_config,
-        log_file=os.path.join(target.state_dir, HOOK_LOG_NAME),
+    return (
+        environment()
+        .get_template("hook-wrapper.sh.j2")
+        .render(
+            hook=spec.name,
+            slurm_key=spec.slurm_key,
+            order=spec.order,
+            order_text=spec.order_text,
+            site_hooks=list(site_hooks),
+            path=target.path,
+            slurm_conf=target.slurm_conf,
+            timeout=target.timeout_bin,
+            timeout_s=int(target.hook_timeouts.get(spec.name, 30)),
+            python=target.python,
+            python_path=target.python_path,
+            node_config=target.node_config,
+            log_file=os.path.join(target.state_dir, HOOK_LOG_NAME),
+        )
     )
 
 
 def render_unit(target: InstallTarget) -> str:
-    import jinja2
+    from slurmpool.templates import environment
 
-    from slurmpool.resources import templates_dir
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    return env.get_template("slurmpool-monitord.service.j2").render(
-        python=target.python, node_config=target.node_config, slurm_conf=target.slurm_conf
+    return (
+        environment()
+        .get_template("slurmpool-monitord.service.j2")
+        .render(python=target.python, node_config=target.node_config, slurm_conf=target.slurm_conf)
     )
 
 
@@ -532,7 +515,7 @@ def plan_install(
             f"{conf_path}: no slurm.conf there; install edits the site's slurm.conf, "
             "pass the right one with --slurm-conf (or --root for a staged tree)"
         )
-    missing = [n for n in (*GENERATED_FILES, "node-config.json") if n not in generated]
+    missing = [n for n in (*GENERATED_FILES, NODE_CONFIG_NAME) if n not in generated]
     if missing:
         raise InstallError(f"generated config lacks {', '.join(missing)}")
     old_manifest = read_manifest(root_p, target.state_dir)
@@ -551,7 +534,7 @@ def plan_install(
     desired: dict[str, tuple[bytes, int]] = {}
     for name in GENERATED_FILES:
         desired[os.path.join(target.config_dir, name)] = (generated[name].encode(), 0o644)
-    desired[target.node_config] = (generated["node-config.json"].encode(), 0o644)
+    desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
     for spec in HOOKS:
         text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target)
         desired[os.path.join(target.hooks_dir, spec.name)] = (text.encode(), 0o755)

@@ -9,8 +9,9 @@ import needs
 import pytest
 from slurm_node import NODE_SLURM
 
-from slurmpool.configgen.render import generate, lua_string
+from slurmpool.configgen.render import generate
 from slurmpool.policy.loader import load_policy
+from slurmpool.templates import lua_string
 
 ROOT = Path(__file__).resolve().parents[1]
 LUA = needs.program("lua5.1")

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from slurmpool.cli.common import EXIT_FAIL, echo_json, load_policy_or_exit, var_option
+from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_NAME
 
 
 @click.command()
@@ -61,10 +62,10 @@ def doctor(
 
     if node_config is None:
         if policy_path is None:
-            node_config = "/etc/slurm/node-config.json"
+            node_config = DEFAULT_NODE_CONFIG
         else:
             policy = load_policy_or_exit(policy_path, variables)
-            node_config = os.path.join(policy.paths.slurm_config_dir, "node-config.json")
+            node_config = os.path.join(policy.paths.slurm_config_dir, NODE_CONFIG_NAME)
     name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     staged = root != Path("/")
     report = run_doctor(

@@ -19,6 +19,7 @@ import click
 
 from slurmpool.cli.common import usage_error
 from slurmpool.configgen.nodeconfig import (
+    DEFAULT_NODE_CONFIG,
     NODE_CONFIG_ENV,
     NodeConfig,
     NodeConfigError,
@@ -26,8 +27,6 @@ from slurmpool.configgen.nodeconfig import (
 )
 from slurmpool.modes import GpuMode
 from slurmpool.state.db import StateStoreError, store_path
-
-DEFAULT_NODE_CONFIG = "/etc/slurm/node-config.json"
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -102,10 +102,10 @@ def report(
         click.echo(" ".join(["sacct", *args]))
         return
     if png_path is not None:
-        from slurmpool.report.heatmap import MissingExtra, _pyplot
+        from slurmpool.report.heatmap import MissingExtra, require_pyplot
 
         try:
-            _pyplot()  # fail before reading a month of accounting
+            require_pyplot()  # fail before reading a month of accounting
         except MissingExtra as e:
             click.echo(f"error: {e}", err=True)
             raise SystemExit(EXIT_FAIL) from None

@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
-from slurmpool.cli.nodeopts import DEFAULT_NODE_CONFIG
 from slurmpool.cli.nodeopts import node_name as default_node_name
-from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV
+from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_ENV
 
 
 @click.command()

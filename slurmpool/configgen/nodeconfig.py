@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 NODE_CONFIG_SCHEMA = 1
 NODE_CONFIG_NAME = "node-config.json"
+# Where install puts it by default (slurm_config_dir /etc/slurm), and where hooks look.
+DEFAULT_NODE_CONFIG = f"/etc/slurm/{NODE_CONFIG_NAME}"
 # The node config to use when no --node-config is given (`slurmpool sandbox exec` sets it).
 NODE_CONFIG_ENV = "SLURMPOOL_NODE_CONFIG"
 

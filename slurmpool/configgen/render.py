@@ -6,10 +6,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-
-import jinja2
 
 from slurmpool.catalogue import Catalogue, default_catalogue
 from slurmpool.configgen.inventory import ConfigError, Inventory, match_inventories
@@ -18,40 +15,12 @@ from slurmpool.configgen.plan import HOOK_NAMES, lua_pools, node_config, plan_cl
 from slurmpool.policy.model import Policy
 from slurmpool.resources import templates_dir
 from slurmpool.slurm.version import InstalledSlurm, parse_version
+from slurmpool.templates import environment
 
 SLURM_FRAGMENT = "slurmpool.conf"
 GRES_CONF = "gres.conf"
 CGROUP_CONF = "cgroup.conf"
 JOB_SUBMIT_LUA = "job_submit.lua"
-
-
-def lua_string(value: object) -> str:
-    """A Lua 5.1 literal for ``value`` (None -> nil); non-printable bytes become ``\\ddd``."""
-    if value is None:
-        return "nil"
-    out = ['"']
-    for byte in str(value).encode():
-        ch = chr(byte)
-        if ch.isascii() and (ch.isalnum() or ch in " _.,:/+-=()[]"):
-            out.append(ch)
-        else:
-            out.append(f"\\{byte:03d}")
-    out.append('"')
-    return "".join(out)
-
-
-@lru_cache(maxsize=4)
-def _environment(directory: str) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(directory),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["lua"] = lua_string
-    return env
 
 
 @dataclass(frozen=True)
@@ -138,7 +107,7 @@ def generate(
         "slurm_version": slurm.version.shown,
         "slurm_detected_by": slurm.detected_by,
     }
-    env = _environment(str(templates or templates_dir()))
+    env = environment(str(templates or templates_dir()))
     lua_context = {**context, "partitions": context["partition_names"]}
     files = {
         SLURM_FRAGMENT: env.get_template("slurmpool.conf.j2").render(context),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from slurmpool.configgen.nodeconfig import NodeConfigError, load_node_config
+from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NodeConfigError, load_node_config
 from slurmpool.hooks.context import HookContext, JobEnv
 from slurmpool.hooks.dispatch import HOOKS
 from slurmpool.hooks.log import HookLog
@@ -24,7 +24,6 @@ USAGE = (
     "usage: python -m slurmpool.hooks {" + "|".join(HOOKS) + "} "
     "--node-config PATH [--log-file PATH]"
 )
-DEFAULT_NODE_CONFIG = "/etc/slurm/node-config.json"
 
 
 class UsageError(ValueError):

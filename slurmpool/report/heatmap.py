@@ -17,7 +17,8 @@ class MissingExtra(RuntimeError):
     """An optional dependency is not installed (the message says how to install it)."""
 
 
-def _pyplot() -> Any:
+def require_pyplot() -> Any:
+    """matplotlib's pyplot (Agg), or :class:`MissingExtra` saying how to install it."""
     try:
         import matplotlib
 
@@ -33,7 +34,7 @@ def _pyplot() -> Any:
 
 def write_png(report: PoolReport, path: str | Path, title: str | None = None) -> Path:
     """Draw ``report``'s heatmap to ``path`` (PNG).  Cells without data are grey."""
-    plt = _pyplot()
+    plt = require_pyplot()
     rows, grid = report.heatmap_rows, report.heatmap
     hours = report.heatmap_hours
     values = [[float("nan") if v is None else v for v in row] for row in grid] or [[float("nan")]]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV
+from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV, NODE_CONFIG_NAME
 from slurmpool.install import (
     STATE_DIR_MODE,
     apply,
@@ -395,7 +395,7 @@ class Sandbox:
         env = self.runner.child_env()
         env["SLURM_CONF"] = st.slurm_conf
         env["SLURMD_NODENAME"] = node
-        env[NODE_CONFIG_ENV] = str(Path(st.slurm_conf).parent / "node-config.json")
+        env[NODE_CONFIG_ENV] = str(Path(st.slurm_conf).parent / NODE_CONFIG_NAME)
         return env
 
     def on_node_argv(self, node: str, argv: Sequence[str]) -> list[str]:
@@ -821,7 +821,7 @@ class Sandbox:
             argv = monitord_argv(
                 python,
                 python_path,
-                node_config=str(etc / "node-config.json"),
+                node_config=str(etc / NODE_CONFIG_NAME),
                 node=name,
                 port=state.ports[f"monitord:{name}"],
                 interval_s=options.monitor_interval_s,

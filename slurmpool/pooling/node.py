@@ -72,18 +72,32 @@ class Deadline:
         return max(0.0, self.seconds - (time.monotonic() - self.start))
 
 
-@record
 class Node:
-    name: str
-    config: NodeConfig
-    cls: NodeClassConfig
-    log: EventLog
-    open_backend: Callable[[], GpuBackend]
-    deadline: Deadline
-    _store: NodeStore | None = None
-    _backend: GpuBackend | None = None
-    _indices: dict[int, int] = field(default_factory=dict)
-    _catalogue: Catalogue | None = None
+    """This node as one hook run sees it: its config, and the store, GPU backend
+    and catalogue it opens on first use (and :meth:`close` closes)."""
+
+    def __init__(
+        self,
+        name: str,
+        config: NodeConfig,
+        cls: NodeClassConfig,
+        log: EventLog,
+        open_backend: Callable[[], GpuBackend],
+        deadline: Deadline,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.cls = cls
+        self.log = log
+        self.open_backend = open_backend
+        self.deadline = deadline
+        self._store: NodeStore | None = None
+        self._backend: GpuBackend | None = None
+        self._indices: dict[int, int] = {}
+        self._catalogue: Catalogue | None = None
+
+    def __repr__(self) -> str:
+        return f"Node({self.name!r}, class {self.cls.name!r})"
 
     @property
     def state_dir(self) -> str:

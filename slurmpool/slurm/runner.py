@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from slurmpool.records import field, record
+from slurmpool.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -79,7 +79,6 @@ class CommandResult:
         return self.returncode == 0
 
 
-@record
 class Runner:
     """Runs programs by name with absolute paths, a fixed environment and a timeout.
 
@@ -87,11 +86,24 @@ class Runner:
     implicitly); ``slurm_conf``, when given, is exported as ``SLURM_CONF``.
     """
 
-    env: Mapping[str, str] = field(default_factory=dict)
-    search_path: Sequence[str] = DEFAULT_SEARCH_PATH
-    timeout: float = DEFAULT_TIMEOUT_S
-    slurm_conf: str | None = None
-    _paths: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        search_path: Sequence[str] = DEFAULT_SEARCH_PATH,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        slurm_conf: str | None = None,
+    ) -> None:
+        self.env: Mapping[str, str] = {} if env is None else env
+        self.search_path = search_path
+        self.timeout = timeout
+        self.slurm_conf = slurm_conf
+        self._paths: dict[str, str] = {}  # program name -> absolute path, resolved once
+
+    def __repr__(self) -> str:
+        return (
+            f"Runner(search_path={list(self.search_path)!r}, timeout={self.timeout:g}, "
+            f"slurm_conf={self.slurm_conf!r})"
+        )
 
     def child_env(self) -> dict[str, str]:
         env = dict(self.env)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner, usage_error
+from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, slurm_runner, usage_error
 from slurmpool.cli.nodeopts import existing_store, node_context, node_options
 
 
@@ -26,7 +26,7 @@ def accounting() -> None:
 
 @accounting.command()
 @node_options
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@json_option("the results")
 def flush(node_config: Path, node: str | None, state_db: Path | None, as_json: bool) -> None:
     """Push every summary in this node's outbox now, ignoring backoff.
 
@@ -67,7 +67,7 @@ def flush(node_config: Path, node: str | None, state_db: Path | None, as_json: b
 
 @accounting.command()
 @node_options
-@click.option("--json", "as_json", is_flag=True, help="Print the outbox as JSON.")
+@json_option("the outbox")
 def status(node_config: Path, node: str | None, state_db: Path | None, as_json: bool) -> None:
     """List the summaries waiting in this node's outbox.
 

@@ -59,6 +59,24 @@ def var_option(fn: F) -> F:
     )(fn)
 
 
+def json_option(what: str) -> Callable[[F], F]:
+    """``--json`` (passed on as ``as_json``): print ``what`` as JSON instead of text."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON.")
+
+
+def root_option(help_text: str) -> Callable[[F], F]:
+    """``--root DIR`` (default ``/``): a staged tree every path is taken inside."""
+    from pathlib import Path
+
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("/"),
+        show_default=True,
+        help=help_text,
+    )
+
+
 def load_policy_or_exit(path: str | Path, variables: Mapping[str, str]) -> Policy:
     """The policy at ``path``; a usage error naming every problem when it is invalid."""
     from slurmpool.policy.errors import PolicyError

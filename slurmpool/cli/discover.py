@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
+from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, usage_error
 from slurmpool.discover import discover as discover_node
 from slurmpool.discover import render_text
 from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
@@ -14,7 +14,7 @@ ENV_BACKEND = "SLURMPOOL_GPU_BACKEND"
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the inventory as JSON (schema 1).")
+@json_option("the inventory (schema 1)")
 @click.option(
     "--backend",
     "spec",

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, load_policy_or_exit, var_option
+from slurmpool.cli.common import (
+    EXIT_FAIL,
+    echo_json,
+    json_option,
+    load_policy_or_exit,
+    root_option,
+    var_option,
+)
 from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_NAME
 
 
@@ -29,16 +36,10 @@ from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_NAME
 @click.option("--node", default=None, help="This node's Slurm name [$SLURMD_NODENAME or hostname].")
 @click.option("--slurm-conf", default=None, help="slurm.conf [<slurm config dir>/slurm.conf].")
 @click.option("--backend", default=None, help="GPU backend spec [the node config's gpu_backend].")
-@click.option(
-    "--root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/"),
-    show_default=True,
-    help="Check a staged tree (implies --no-slurm).",
-)
+@root_option("Check a staged tree (implies --no-slurm).")
 @click.option("--no-slurm", is_flag=True, help="Skip the checks that ask Slurm.")
 @click.option("--no-gpus", is_flag=True, help="Skip the checks that ask the GPU backend.")
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@json_option("the findings")
 def doctor(
     node_config: str | None,
     policy_path: Path | None,

@@ -12,6 +12,7 @@ from slurmpool.cli.common import (
     EXIT_FAIL,
     installed_slurm_for,
     load_policy_or_exit,
+    root_option,
     usage_error,
     var_option,
 )
@@ -19,13 +20,7 @@ from slurmpool.cli.common import (
 if TYPE_CHECKING:
     from slurmpool.install import Plan
 
-root_option = click.option(
-    "--root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/"),
-    show_default=True,
-    help="Staging root: every path is taken inside it.",
-)
+staging_root_option = root_option("Staging root: every path is taken inside it.")
 dry_run_option = click.option(
     "--dry-run", is_flag=True, help="Print a unified diff of every change; change nothing."
 )
@@ -79,7 +74,7 @@ def _run(plan: Plan, dry_run: bool) -> None:
     default=None,
     help="PYTHONPATH for the hooks when slurmpool is not installed in --python.",
 )
-@root_option
+@staging_root_option
 @dry_run_option
 def install(
     policy_path: Path,
@@ -142,7 +137,7 @@ def install(
 )
 @var_option
 @click.option("--state-dir", default=None, help="The state dir holding the install manifest.")
-@root_option
+@staging_root_option
 @dry_run_option
 def uninstall(
     policy_path: Path | None,

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner
+from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, slurm_runner
 
 FIELDS = (
     "JobIDRaw,User,Account,Partition,NodeList,State,Start,ElapsedRaw,ReqTRES,AllocTRES,AdminComment"
@@ -35,7 +35,7 @@ def _fetch(url: str, timeout: float = 5.0) -> dict[str, Any] | None:
 
 @click.command()
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option("the statistics")
 @click.option(
     "--monitor-url",
     default=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from slurmpool.catalogue import CatalogueError, GpuModel, UnknownProfileError, default_catalogue
-from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
+from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, usage_error
 from slurmpool.placement import PlacementEngine, engine_for
 
 model_option = click.option(
@@ -54,7 +54,7 @@ def check(model: str, profiles: tuple[str, ...]) -> None:
 @mig.command()
 @model_option
 @profiles_argument
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@json_option("the plan")
 def plan(model: str, profiles: tuple[str, ...], as_json: bool) -> None:
     """Print the placement (start, size in memory slices) of each profile.
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from slurmpool.catalogue import CatalogueError, load_catalogue
-from slurmpool.cli.common import echo_json, usage_error
+from slurmpool.cli.common import echo_json, json_option, usage_error
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the full catalogue as JSON.")
+@json_option("the full catalogue")
 @click.option(
     "--catalogue",
     "catalogue_dir",

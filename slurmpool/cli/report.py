@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner, usage_error
+from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, slurm_runner, usage_error
 
 
 @click.command()
@@ -43,7 +43,7 @@ from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner, usage_error
     show_default=True,
     help="Heatmap rows: one per GPU or one per node.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option("the report")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
 @click.option(
     "--html",

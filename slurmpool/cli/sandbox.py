@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json
+from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option
 from slurmpool.sandbox.cluster import Sandbox, SandboxError, SandboxOptions
 from slurmpool.sandbox.layout import DEFAULT_SANDBOX_DIR
 from slurmpool.slurm.runner import Runner, SlurmCommandError
@@ -86,7 +86,7 @@ def down(directory: Path, keep: bool) -> None:
 
 @sandbox.command()
 @dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option("the status")
 def status(directory: Path, as_json: bool) -> None:
     """Show the sandbox daemons and the nodes with their GRES; exit 1 when it is not up."""
     from slurmpool.sandbox import procs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from slurmpool.catalogue import CatalogueError
-from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
+from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, usage_error
 from slurmpool.sim.node import SimGpuSpec, create_node, node_summary, reset_gpu
 from slurmpool.sim.state import SimError
 
@@ -72,7 +72,7 @@ def init(
 
 @sim.command()
 @state_option
-@click.option("--json", "as_json", is_flag=True, help="Print the node as JSON.")
+@json_option("the node")
 def show(state_dir: str, as_json: bool) -> None:
     """Show a simulated node: GPUs, MIG instances and registered processes.
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from slurmpool.cli.common import EXIT_FAIL, echo_json, usage_error
+from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, usage_error
 from slurmpool.cli.nodeopts import node_name as default_node_name
 from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_ENV
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema 1).")
+@json_option("the status (schema 1)")
 @click.option(
     "--node-config",
     "node_config",

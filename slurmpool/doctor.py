@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmpool.configgen.files import GRES_CONF, SLURM_FRAGMENT
 from slurmpool.configgen.nodeconfig import (
     NodeClassConfig,
     NodeConfig,
@@ -38,7 +39,7 @@ from slurmpool.configgen.nodeconfig import (
     load_node_config,
 )
 from slurmpool.hostlist import HostList, HostlistError
-from slurmpool.install import FRAGMENT_NAME, HOOKS, INCLUDE_MARKER, STATE_DIR_MODE, under
+from slurmpool.install import HOOKS, INCLUDE_MARKER, STATE_DIR_MODE, under
 from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.slurm.parse import gres_totals, parse_gres, parse_nodes, parse_slurmd_gres
 from slurmpool.slurm.runner import Runner, SlurmCommandError
@@ -217,7 +218,7 @@ def check_hooks(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:
     else:
         yield Finding("hooks", True, f"4 wrappers in {hooks_dir}")
     conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
-    fragment = os.path.join(config.paths["slurm_config_dir"], FRAGMENT_NAME)
+    fragment = os.path.join(config.paths["slurm_config_dir"], SLURM_FRAGMENT)
     try:
         text = under(opts.root, conf).read_text()
     except OSError as e:
@@ -326,7 +327,7 @@ def check_slurm_version(config: NodeConfig, runner: Runner) -> Iterator[Finding]
 
 
 def check_slurm_node(config: NodeConfig, opts: DoctorOptions, runner: Runner) -> Iterator[Finding]:
-    fragment = os.path.join(config.paths["slurm_config_dir"], FRAGMENT_NAME)
+    fragment = os.path.join(config.paths["slurm_config_dir"], SLURM_FRAGMENT)
     try:
         want_text = expected_node_gres(under(opts.root, fragment).read_text(), opts.node)
     except OSError as e:
@@ -447,7 +448,7 @@ def _gres_conf_entries(text: str, node: str) -> dict[tuple[str, str | None], tup
 
 
 def check_slurmd_gres(config: NodeConfig, opts: DoctorOptions, runner: Runner) -> Iterator[Finding]:
-    gres_conf = os.path.join(config.paths["slurm_config_dir"], "gres.conf")
+    gres_conf = os.path.join(config.paths["slurm_config_dir"], GRES_CONF)
     try:
         want = _gres_conf_entries(under(opts.root, gres_conf).read_text(), opts.node)
     except OSError as e:

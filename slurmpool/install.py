@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from slurmpool.configgen.files import SLURM_FILES, SLURM_FRAGMENT
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
 from slurmpool.slurm.conf import scan_conf, strip_comment
 
@@ -51,7 +52,6 @@ MANIFEST_NAME = "install-manifest.json"
 MANIFEST_SCHEMA = 1
 DISABLED_PREFIX = "#slurmpool-disabled: "
 INCLUDE_MARKER = "#slurmpool-include"
-FRAGMENT_NAME = "slurmpool.conf"
 UNIT_NAME = "slurmpool-monitord.service"
 HOOK_LOG_NAME = "hooks.log"
 # Traversable, not listable: the TaskProlog (the job's user) reads jobs/<id>.env.
@@ -131,7 +131,7 @@ class InstallTarget:
 
     @property
     def fragment(self) -> str:
-        return os.path.join(self.config_dir, FRAGMENT_NAME)
+        return os.path.join(self.config_dir, SLURM_FRAGMENT)
 
     @property
     def include_line(self) -> str:
@@ -500,8 +500,6 @@ def read_manifest(root: Path, state_dir: str) -> Manifest | None:
 
 # --- install --------------------------------------------------------------
 
-GENERATED_FILES = ("slurmpool.conf", "gres.conf", "cgroup.conf", "job_submit.lua")
-
 
 def plan_install(
     target: InstallTarget, generated: Mapping[str, str], root: str | os.PathLike[str] = "/"
@@ -515,13 +513,13 @@ def plan_install(
             f"{conf_path}: no slurm.conf there; install edits the site's slurm.conf, "
             "pass the right one with --slurm-conf (or --root for a staged tree)"
         )
-    missing = [n for n in (*GENERATED_FILES, NODE_CONFIG_NAME) if n not in generated]
+    missing = [n for n in (*SLURM_FILES, NODE_CONFIG_NAME) if n not in generated]
     if missing:
         raise InstallError(f"generated config lacks {', '.join(missing)}")
     old_manifest = read_manifest(root_p, target.state_dir)
 
     pristine = pristine_conf(current_conf.decode(), target)
-    edit = edit_conf(pristine, generated[FRAGMENT_NAME], target)
+    edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target)
     wrappers = {os.path.join(target.hooks_dir, h.name) for h in HOOKS}
     for key, programs in edit.site_hooks.items():
         clash = [p for p in programs if p in wrappers]
@@ -532,7 +530,7 @@ def plan_install(
             )
 
     desired: dict[str, tuple[bytes, int]] = {}
-    for name in GENERATED_FILES:
+    for name in SLURM_FILES:
         desired[os.path.join(target.config_dir, name)] = (generated[name].encode(), 0o644)
     desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
     for spec in HOOKS:
@@ -665,7 +663,7 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
 
 
 def _target_from_manifest(manifest: Manifest, state_dir: str) -> InstallTarget:
-    fragment = next((p for p in manifest.files if p.endswith("/" + FRAGMENT_NAME)), None)
+    fragment = next((p for p in manifest.files if p.endswith("/" + SLURM_FRAGMENT)), None)
     config_dir = os.path.dirname(fragment) if fragment else os.path.dirname(manifest.slurm_conf)
     return InstallTarget(
         slurm_conf=manifest.slurm_conf, config_dir=config_dir, hooks_dir="/", state_dir=state_dir

@@ -27,7 +27,7 @@ def accounting() -> None:
 @accounting.command()
 @node_options
 @json_option("the results")
-def flush(node_config: Path, node: str | None, state_db: Path | None, as_json: bool) -> None:
+def flush(node_config: Path, node: str, state_db: Path | None, as_json: bool) -> None:
     """Push every summary in this node's outbox now, ignoring backoff.
 
     Exit status 1 when any summary could not be stored (it stays in the outbox).
@@ -68,7 +68,7 @@ def flush(node_config: Path, node: str | None, state_db: Path | None, as_json: b
 @accounting.command()
 @node_options
 @json_option("the outbox")
-def status(node_config: Path, node: str | None, state_db: Path | None, as_json: bool) -> None:
+def status(node_config: Path, node: str, state_db: Path | None, as_json: bool) -> None:
     """List the summaries waiting in this node's outbox.
 
     Example: ``slurmpool accounting status``

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import click
@@ -16,6 +15,7 @@ from slurmpool.cli.common import (
     root_option,
     var_option,
 )
+from slurmpool.cli.nodeopts import node_option
 from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_NAME
 
 
@@ -33,7 +33,7 @@ from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_NAME
     help="The policy install used (locates the node config).",
 )
 @var_option
-@click.option("--node", default=None, help="This node's Slurm name [$SLURMD_NODENAME or hostname].")
+@node_option
 @click.option("--slurm-conf", default=None, help="slurm.conf [<slurm config dir>/slurm.conf].")
 @click.option("--backend", default=None, help="GPU backend spec [the node config's gpu_backend].")
 @root_option("Check a staged tree (implies --no-slurm).")
@@ -44,7 +44,7 @@ def doctor(
     node_config: str | None,
     policy_path: Path | None,
     variables: dict[str, str],
-    node: str | None,
+    node: str,
     slurm_conf: str | None,
     backend: str | None,
     root: Path,
@@ -67,12 +67,11 @@ def doctor(
         else:
             policy = load_policy_or_exit(policy_path, variables)
             node_config = os.path.join(policy.paths.slurm_config_dir, NODE_CONFIG_NAME)
-    name = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     staged = root != Path("/")
     report = run_doctor(
         DoctorOptions(
             node_config=node_config,
-            node=name,
+            node=node,
             root=root,
             slurm_conf=slurm_conf,
             backend_spec=backend,

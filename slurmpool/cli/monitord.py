@@ -57,7 +57,7 @@ def _log(message: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as JSON.")
 def monitord(
     node_config: Path,
-    node: str | None,
+    node: str,
     state_db: Path | None,
     backend: str | None,
     interval_s: float | None,

@@ -31,6 +31,32 @@ from slurmpool.state.db import StateStoreError, store_path
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _resolve_node(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    return node_name(value)
+
+
+def node_option(fn: F) -> F:
+    """``--node NAME``, passed on as ``node``: resolved, never None."""
+    return click.option(
+        "--node",
+        default=None,
+        callback=_resolve_node,
+        help="This node's Slurm name [$SLURMD_NODENAME or hostname].",
+    )(fn)
+
+
+def node_config_option(fn: F) -> F:
+    """``--node-config PATH`` (a :class:`~pathlib.Path`), default the installed one."""
+    return click.option(
+        "--node-config",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=DEFAULT_NODE_CONFIG,
+        envvar=NODE_CONFIG_ENV,
+        show_default=True,
+        help=f"The node config written by `slurmpool install` [${NODE_CONFIG_ENV}].",
+    )(fn)
+
+
 def node_options(fn: F) -> F:
     """``--node-config``, ``--node`` and ``--state-db`` (this order in --help)."""
     fn = click.option(
@@ -39,18 +65,7 @@ def node_options(fn: F) -> F:
         default=None,
         help="The node state store [<state_dir>/<node>.sqlite from the node config].",
     )(fn)
-    fn = click.option(
-        "--node", default=None, help="This node's Slurm name [$SLURMD_NODENAME or hostname]."
-    )(fn)
-    fn = click.option(
-        "--node-config",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=DEFAULT_NODE_CONFIG,
-        envvar=NODE_CONFIG_ENV,
-        show_default=True,
-        help=f"The node config written by `slurmpool install` [${NODE_CONFIG_ENV}].",
-    )(fn)
-    return fn
+    return node_config_option(node_option(fn))
 
 
 @dataclass(frozen=True)
@@ -72,21 +87,21 @@ class NodeContext:
 
 
 def node_name(explicit: str | None) -> str:
+    """``explicit``, else ``$SLURMD_NODENAME``, else the short host name."""
     return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
-def node_context(node_config: Path, node: str | None, state_db: Path | None) -> NodeContext:
+def node_context(node_config: Path, node: str, state_db: Path | None) -> NodeContext:
     try:
         config = load_node_config(node_config)
         raw = json.loads(node_config.read_text())
     except (NodeConfigError, OSError, ValueError) as e:
         usage_error(f"{e} (pass --node-config PATH)")
-    name = node_name(node)
     try:
-        path = state_db or Path(store_path(config.path("state_dir"), name))
+        path = state_db or Path(store_path(config.path("state_dir"), node))
     except StateStoreError as e:
         usage_error(f"{e} (pass --node NAME)")
-    return NodeContext(config, node_config, name, path, raw)
+    return NodeContext(config, node_config, node, path, raw)
 
 
 def existing_store(ctx: NodeContext) -> Path:

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, usage_error
-from slurmpool.cli.nodeopts import node_name as default_node_name
-from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_ENV
+from slurmpool.cli.nodeopts import node_config_option, node_option
 
 
 @click.command()
 @json_option("the status (schema 1)")
-@click.option(
-    "--node-config",
-    "node_config",
-    default=DEFAULT_NODE_CONFIG,
-    envvar=NODE_CONFIG_ENV,
-    show_default=True,
-    help=f"The compiled node config install wrote [${NODE_CONFIG_ENV}].",
-)
-@click.option("--node", "node_name", help="Node name (default: $SLURMD_NODENAME or the host name).")
-def status(as_json: bool, node_config: str, node_name: str | None) -> None:
+@node_config_option
+@node_option
+def status(as_json: bool, node_config: Path, node: str) -> None:
     """Show this node's GPUs, their mode, MIG instances with jobs and users, free
     capacity per profile and the requeue count.
 
@@ -33,14 +27,13 @@ def status(as_json: bool, node_config: str, node_name: str | None) -> None:
     from slurmpool.pooling.status import node_status, render_text
     from slurmpool.state.db import StateStoreError
 
-    name = default_node_name(node_name)
     try:
         config = load_node_config(node_config)
     except NodeConfigError as e:
         usage_error(str(e))
-    cls = config.node_class(name)
+    cls = config.node_class(node)
     if cls is None:
-        usage_error(f"node {name!r} is in no node class of {node_config}; pass --node")
+        usage_error(f"node {node!r} is in no node class of {node_config}; pass --node")
 
     class _Quiet:
         def event(
@@ -48,8 +41,8 @@ def status(as_json: bool, node_config: str, node_name: str | None) -> None:
         ) -> str:
             return action
 
-    node = Node(
-        name,
+    pool = Node(
+        node,
         config,
         cls,
         _Quiet(),
@@ -57,12 +50,12 @@ def status(as_json: bool, node_config: str, node_name: str | None) -> None:
         Deadline(30),
     )
     try:
-        data = node_status(node)
+        data = node_status(pool)
     except (GpuBackendError, StateStoreError, Broken) as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(EXIT_FAIL) from None
     finally:
-        node.close()
+        pool.close()
     if as_json:
         echo_json(data)
     else:

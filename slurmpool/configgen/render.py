@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpool.catalogue import Catalogue, default_catalogue
+from slurmpool.configgen.files import CGROUP_CONF, GRES_CONF, JOB_SUBMIT_LUA, SLURM_FRAGMENT
 from slurmpool.configgen.inventory import ConfigError, Inventory, match_inventories
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
 from slurmpool.configgen.plan import HOOK_NAMES, lua_pools, node_config, plan_class
@@ -16,11 +17,6 @@ from slurmpool.policy.model import Policy
 from slurmpool.resources import templates_dir
 from slurmpool.slurm.version import InstalledSlurm, parse_version
 from slurmpool.templates import environment
-
-SLURM_FRAGMENT = "slurmpool.conf"
-GRES_CONF = "gres.conf"
-CGROUP_CONF = "cgroup.conf"
-JOB_SUBMIT_LUA = "job_submit.lua"
 
 
 @dataclass(frozen=True)

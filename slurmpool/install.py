@@ -399,10 +399,15 @@ def edit_conf(pristine: str, fragment: str, target: InstallTarget) -> ConfEdit:
 
 # --- rendering ------------------------------------------------------------
 
+# A wrapper shares its hook's budget between the site's hooks and slurmpool's; each
+# step is guaranteed this many seconds (at most the whole budget).
+STEP_FLOOR_S = 10
+
 
 def render_wrapper(spec: HookSpec, site_hooks: Sequence[str], target: InstallTarget) -> str:
     from slurmpool.templates import environment
 
+    timeout_s = int(target.hook_timeouts.get(spec.name, 30))
     return (
         environment()
         .get_template("hook-wrapper.sh.j2")
@@ -415,7 +420,8 @@ def render_wrapper(spec: HookSpec, site_hooks: Sequence[str], target: InstallTar
             path=target.path,
             slurm_conf=target.slurm_conf,
             timeout=target.timeout_bin,
-            timeout_s=int(target.hook_timeouts.get(spec.name, 30)),
+            timeout_s=timeout_s,
+            floor_s=min(STEP_FLOOR_S, timeout_s),
             python=target.python,
             python_path=target.python_path,
             node_config=target.node_config,

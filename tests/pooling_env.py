@@ -22,7 +22,8 @@ from slurmpool.configgen.nodeconfig import load_node_config
 from slurmpool.gpu.nvml import NvmlBackend
 from slurmpool.gpu.select import open_backend
 from slurmpool.hostlist import expand
-from slurmpool.pooling.node import Deadline, Job, Node
+from slurmpool.pooling.deadline import Deadline
+from slurmpool.pooling.node import Job, Node
 from slurmpool.sim.node import create_node
 from slurmpool.state.store import NodeStore, open_node_store
 

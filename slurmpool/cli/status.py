@@ -23,7 +23,8 @@ def status(as_json: bool, node_config: Path, node: str) -> None:
     from slurmpool.configgen.nodeconfig import NodeConfigError, load_node_config
     from slurmpool.gpu.backend import GpuBackendError
     from slurmpool.gpu.select import open_backend
-    from slurmpool.pooling.node import Broken, Deadline, Node
+    from slurmpool.pooling.deadline import Deadline
+    from slurmpool.pooling.node import Broken, Node
     from slurmpool.pooling.status import node_status, render_text
     from slurmpool.state.db import StateStoreError
 

@@ -1,4 +1,7 @@
-"""``python -m slurmpool.hooks HOOK --node-config PATH [--log-file PATH]``.
+"""``python -m slurmpool.hooks HOOK --node-config PATH [--log-file PATH] [--budget-s N]``.
+
+``--budget-s``: the seconds the wrapper gave this run (its ``timeout``);
+without it, the node config's timeout for the hook.
 
 Exit status: 0 for every expected condition.  A missing or unreadable node
 config is a broken installation: the hook says so and exits 1 (a failing
@@ -14,6 +17,7 @@ from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NodeConfigError,
 from slurmpool.hooks.context import HookContext, JobEnv
 from slurmpool.hooks.dispatch import HOOKS
 from slurmpool.hooks.log import HookLog
+from slurmpool.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,7 +26,7 @@ if TYPE_CHECKING:
 
 USAGE = (
     "usage: python -m slurmpool.hooks {" + "|".join(HOOKS) + "} "
-    "--node-config PATH [--log-file PATH]"
+    "--node-config PATH [--log-file PATH] [--budget-s N]"
 )
 
 
@@ -30,25 +34,35 @@ class UsageError(ValueError):
     pass
 
 
-def parse_args(argv: Sequence[str]) -> tuple[str, str, str | None]:
+@record(frozen=True)
+class HookArgs:
+    hook: str
+    node_config: str = DEFAULT_NODE_CONFIG
+    log_file: str | None = None
+    budget_s: float | None = None
+
+
+def parse_args(argv: Sequence[str]) -> HookArgs:
     if not argv or argv[0] not in HOOKS:
         got = argv[0] if argv else "nothing"
         raise UsageError(f"unknown hook {got!r}; expected one of {', '.join(HOOKS)}")
-    hook = argv[0]
-    node_config = DEFAULT_NODE_CONFIG
-    log_file: str | None = None
+    values: dict[str, str] = {}
     rest = list(argv[1:])
     while rest:
         opt = rest.pop(0)
-        if opt in ("--node-config", "--log-file") and rest:
-            value = rest.pop(0)
-            if opt == "--node-config":
-                node_config = value
-            else:
-                log_file = value
+        if opt in ("--node-config", "--log-file", "--budget-s") and rest:
+            values[opt] = rest.pop(0)
         else:
             raise UsageError(f"unexpected argument {opt!r}")
-    return hook, node_config, log_file
+    budget = values.get("--budget-s")
+    if budget is not None and not (budget.isdigit() and int(budget) > 0):
+        raise UsageError(f"--budget-s: expected a whole number of seconds above 0, got {budget!r}")
+    return HookArgs(
+        argv[0],
+        values.get("--node-config", DEFAULT_NODE_CONFIG),
+        values.get("--log-file"),
+        float(budget) if budget is not None else None,
+    )
 
 
 def main(
@@ -60,18 +74,19 @@ def main(
     """Run one hook with the environment ``env``; return its exit status."""
     err = sys.stderr if stderr is None else stderr
     try:
-        hook, node_config_path, log_file = parse_args(argv)
+        args = parse_args(argv)
     except UsageError as e:
         err.write(f"slurmpool hooks: {e}\n{USAGE}\n")
         return 2
-    log = HookLog(hook, stream=err, path=log_file, use_syslog=use_syslog)
+    hook = args.hook
+    log = HookLog(hook, stream=err, path=args.log_file, use_syslog=use_syslog)
     job = JobEnv.from_env(env)
     try:
-        config = load_node_config(node_config_path)
+        config = load_node_config(args.node_config)
     except NodeConfigError as e:
         log.event("node-config-error", level="error", job=job.job_id or "-", error=str(e))
         return 1
-    ctx = HookContext(hook, env, job, config, log)
+    ctx = HookContext(hook, env, job, config, log, args.budget_s)
     try:
         return HOOKS[hook](ctx)
     except Exception as e:  # a bug must be visible in the log, with the job it hit

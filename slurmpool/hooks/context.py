@@ -46,3 +46,10 @@ class HookContext:
     job: JobEnv
     config: NodeConfig
     log: HookLog
+    budget_s: float | None = None  # what the wrapper gave this run (None: the config's)
+
+    def budget(self) -> float:
+        """The seconds this run has, before the margin the hook keeps below it."""
+        if self.budget_s is not None:
+            return self.budget_s
+        return float(self.config.hooks.get(self.hook.replace("-", "_") + "_timeout_s", 30))

@@ -50,14 +50,14 @@ _MARGIN_S = 3.0
 
 def _pool_node(ctx: HookContext) -> Node | None:
     """The pooling view of this node, or None when the node has no class (not pooled)."""
-    from slurmpool.pooling.node import Deadline, Node
+    from slurmpool.pooling.deadline import Deadline
+    from slurmpool.pooling.node import Node
 
     name = ctx.job.node
     cls = ctx.config.node_class(name) if name else None
     if name is None or cls is None:
         return None
-    key = ctx.hook.replace("-", "_") + "_timeout_s"
-    budget = max(5.0, float(ctx.config.hooks.get(key, 30)) - _MARGIN_S)
+    budget = max(5.0, ctx.budget() - _MARGIN_S)
     config = ctx.config
 
     def open_backend() -> GpuBackend:
@@ -95,6 +95,7 @@ def prolog(ctx: HookContext) -> int:
     from slurmpool.pooling.prolog import run_prolog
 
     env = ctx.env
+    deadline = node.deadline
     version = ctx.config.slurm_version
 
     def slurm() -> SlurmJobs:
@@ -105,7 +106,7 @@ def prolog(ctx: HookContext) -> int:
             scontrol_json = parse_version(version).supports("scontrol_json")
         except SlurmVersionError:
             scontrol_json = False  # squeue -O reads the allocation on every version
-        return SlurmJobs.from_env(env, scontrol_json=scontrol_json)
+        return SlurmJobs.from_env(env, scontrol_json=scontrol_json, deadline=deadline)
 
     return run_prolog(node, job, env, slurm)
 

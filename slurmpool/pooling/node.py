@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 from slurmpool.gpu.backend import InvalidRequestError
 from slurmpool.modes import GpuMode
-from slurmpool.records import field, record
+from slurmpool.records import record
 from slurmpool.state.db import store_path
 from slurmpool.state.store import open_node_store
 
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from slurmpool.catalogue import Catalogue
     from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeConfig, NodeGpu
     from slurmpool.gpu.interface import GpuBackend
+    from slurmpool.pooling.deadline import Deadline
     from slurmpool.state.db import Component
     from slurmpool.state.store import NodeStore
 
@@ -59,17 +59,6 @@ class Job:
     user: str
     cluster: str | None = None  # SLURM_CLUSTER_NAME (the accounting summary's cluster)
     run: int = 0  # SLURM_JOB_RESTART_COUNT: which run of a requeued job this is
-
-
-@record
-class Deadline:
-    """A hook's own time bound, below the wrapper's hard ``timeout``."""
-
-    seconds: float
-    start: float = field(default_factory=time.monotonic)
-
-    def left(self) -> float:
-        return max(0.0, self.seconds - (time.monotonic() - self.start))
 
 
 class Node:
@@ -133,7 +122,9 @@ class Node:
                 from slurmpool.state.samples import SAMPLES
 
                 components = (SAMPLES, OUTBOX)
-            self._store = open_node_store(self.state_dir, self.name, components)
+            self._store = open_node_store(
+                self.state_dir, self.name, components, lock_wait=self.deadline.lock_wait
+            )
         return self._store
 
     def backend(self) -> GpuBackend:

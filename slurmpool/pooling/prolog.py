@@ -23,7 +23,7 @@ from slurmpool.pooling.mig import MigGpu, occupancy, plan_instances
 from slurmpool.pooling.node import Broken
 from slurmpool.pooling.procs import stop_processes
 from slurmpool.pooling.reconcile import reconcile
-from slurmpool.pooling.release import ReleaseError, undo
+from slurmpool.pooling.release import ReleaseError, kill_grace, undo
 from slurmpool.pooling.request import (
     RequestError,
     mig_profiles,
@@ -372,7 +372,7 @@ def _passthrough(node: Node, job: Job, whole: list[NodeGpu]) -> None:
             if d.action == passthrough.REFUSE:
                 raise NoRoom(d.reason)
             if d.action == passthrough.KILL:
-                left = stop_processes(pids, policy.kill_grace_s, node.proc_root)
+                left = stop_processes(pids, kill_grace(node), node.proc_root)
                 if left:
                     raise Broken(f"GPU {g.index}: stray processes {left} survive SIGKILL")
             if d.action == passthrough.DISABLE_MIG and not backend.set_mig_mode(index, False):

@@ -13,6 +13,7 @@ import time
 from slurmpool.gpu.backend import InUseError
 from slurmpool.modes import GpuMode
 from slurmpool.pooling import caps, vfio
+from slurmpool.pooling.deadline import EXIT_RESERVE_S
 from slurmpool.pooling.mig import instance_of
 from slurmpool.pooling.procs import stop_processes
 from slurmpool.records import record
@@ -51,13 +52,13 @@ def destroy(node: Node, nvml_index: int, inst: MigInstance) -> int:
     """
     backend = node.backend()
     policy = node.config.pooling
-    limit = min(policy.destroy_retry_s, max(1.0, node.deadline.left() - 2.0))
+    limit = node.deadline.within(policy.destroy_retry_s, EXIT_RESERVE_S)
     deadline = time.monotonic() + limit
     stopped = 0
     while True:
         pids = [p.pid for p in backend.processes(nvml_index, inst.gi_id)]
         if pids:
-            left = stop_processes(pids, policy.kill_grace_s, node.proc_root)
+            left = stop_processes(pids, kill_grace(node), node.proc_root)
             stopped += len(pids) - len(left)
         try:
             backend.destroy_instance(nvml_index, inst.gi_id)
@@ -69,6 +70,11 @@ def destroy(node: Node, nvml_index: int, inst: MigInstance) -> int:
                     f"{limit:.0f} s: {e}"
                 ) from None
             time.sleep(0.2)
+
+
+def kill_grace(node: Node) -> float:
+    """SIGTERM-to-SIGKILL grace for stray processes now: the policy's, within the budget."""
+    return node.deadline.within(node.config.pooling.kill_grace_s, EXIT_RESERVE_S)
 
 
 def undo(node: Node, record: Allocation) -> Undone:
@@ -105,7 +111,7 @@ def _undo_passthrough(node: Node, record: Allocation) -> Undone:
         index = node.nvml_index(gpu)
         pids = [p.pid for p in node.backend().processes(index)]
         if pids:
-            left = stop_processes(pids, node.config.pooling.kill_grace_s, node.proc_root)
+            left = stop_processes(pids, kill_grace(node), node.proc_root)
             if left:
                 raise ReleaseError(f"GPU {index}: processes {left} survived SIGKILL")
             notes.append(f"stopped {len(pids)} stray process(es)")

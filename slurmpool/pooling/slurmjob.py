@@ -1,6 +1,9 @@
 """The Slurm calls the pooling hooks make, through the one runner.
 
-Each call is bounded (``timeout_s``); failures raise
+Each call is bounded by ``timeout_s`` and by the hook's deadline: a call
+made early (reading the allocation) stops short of the hook's exit reserve,
+the requeue on the exit path may use that reserve, and a call with less than
+:data:`MIN_CALL_S` left is not started.  Failures raise
 :class:`slurmpool.slurm.runner.SlurmCommandError` with argv, status and stderr.
 """
 
@@ -8,16 +11,22 @@ from __future__ import annotations
 
 import os
 
+from slurmpool.pooling.deadline import EXIT_RESERVE_S
 from slurmpool.records import record
-from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner
+from slurmpool.slurm.runner import DEFAULT_SEARCH_PATH, Runner, SlurmCommandTimeout
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from slurmpool.pooling.deadline import Deadline
     from slurmpool.slurm.allocation import JobAllocation
 
 DEFAULT_TIMEOUT_S = 10.0
+# A Slurm call with less time than this is not started (its answer could not arrive).
+MIN_CALL_S = 0.5
+# What the AdminComment calls leave for the requeue that follows them.
+REQUEUE_RESERVE_S = 2.0
 
 
 @record
@@ -26,6 +35,8 @@ class SlurmJobs:
     timeout_s: float = DEFAULT_TIMEOUT_S
     # This Slurm has ``scontrol show job --json`` (23.02+): the allocation is read there.
     scontrol_json: bool = False
+    # The hook's deadline (None: each call gets ``timeout_s``, e.g. from the CLI).
+    deadline: Deadline | None = None
 
     @classmethod
     def from_env(
@@ -34,6 +45,7 @@ class SlurmJobs:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         *,
         scontrol_json: bool = False,
+        deadline: Deadline | None = None,
     ) -> SlurmJobs:
         """A runner for hook context: Slurm's PATH and SLURM_CONF from the hook's env only."""
         child = {k: env[k] for k in ("PATH", "SLURM_CONF") if k in env}
@@ -43,32 +55,43 @@ class SlurmJobs:
         runner = Runner(
             env=child, search_path=search, timeout=timeout_s, slurm_conf=env.get("SLURM_CONF")
         )
-        return cls(runner, timeout_s, scontrol_json)
+        return cls(runner, timeout_s, scontrol_json, deadline)
+
+    def _limit(self, argv: tuple[str, ...], reserve: float) -> float:
+        """Seconds the call ``argv`` may take, keeping ``reserve`` of the hook's budget."""
+        if self.deadline is None:
+            return self.timeout_s
+        limit = self.deadline.within(self.timeout_s, reserve)
+        if limit < MIN_CALL_S:
+            raise SlurmCommandTimeout(
+                argv,
+                None,
+                "",
+                reason=f"not started: {self.deadline.left():.1f} s left of the hook's budget",
+            )
+        return limit
 
     def allocation(self, job_id: str) -> JobAllocation:
         """What slurmctld allocated to the job, per node
         (:func:`slurmpool.slurm.allocation.read_allocation`)."""
         from slurmpool.slurm.allocation import read_allocation
 
-        return read_allocation(
-            self.runner, job_id, timeout=self.timeout_s, scontrol_json=self.scontrol_json
-        )
+        limit = self._limit(("read allocation of job", job_id), EXIT_RESERVE_S)
+        return read_allocation(self.runner, job_id, timeout=limit, scontrol_json=self.scontrol_json)
 
     def admin_comment(self, job_id: str) -> str | None:
         """The job's AdminComment ("" when unset), or None when it cannot be read safely."""
         from slurmpool.slurm.allocation import admin_comment_from_squeue
 
-        res = self.runner.run(
-            "squeue", "-h", "-j", job_id, "-O", "JobID:|,AdminComment:|", timeout=self.timeout_s
-        )
+        argv = ("squeue", "-h", "-j", job_id, "-O", "JobID:|,AdminComment:|")
+        res = self.runner.run(*argv, timeout=self._limit(argv, REQUEUE_RESERVE_S))
         return admin_comment_from_squeue(res.stdout, job_id)
 
     def requeue(self, job_id: str, hold: bool = False) -> None:
-        verb = "requeuehold" if hold else "requeue"
-        self.runner.run("scontrol", verb, job_id, timeout=self.timeout_s)
+        argv = ("scontrol", "requeuehold" if hold else "requeue", job_id)
+        self.runner.run(*argv, timeout=self._limit(argv, 0.0))
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         # One argv element: scontrol takes the whole value, spaces and quotes included.
-        self.runner.run(
-            "scontrol", "update", f"jobid={job_id}", f"AdminComment={text}", timeout=self.timeout_s
-        )
+        argv = ("scontrol", "update", f"jobid={job_id}", f"AdminComment={text}")
+        self.runner.run(*argv, timeout=self._limit(argv, REQUEUE_RESERVE_S))

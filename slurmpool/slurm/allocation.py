@@ -27,6 +27,8 @@ The prolog carves exactly this.  Three readers, all pure:
 
 from __future__ import annotations
 
+import time
+
 from slurmpool.records import record
 from slurmpool.slurm.squeue import squeue_format
 
@@ -290,24 +292,30 @@ def read_allocation(
     lacks those fields.  A ``scontrol`` that does not know ``--json`` after all (the
     version was declared, not detected) gets the squeue read.
 
-    Raises SlurmCommandError when Slurm cannot be asked, and :class:`AllocationError`
-    when the answer cannot be trusted.
+    ``timeout`` bounds the whole read, fallbacks included.  Raises SlurmCommandError
+    when Slurm cannot be asked, and :class:`AllocationError` when the answer cannot
+    be trusted.
     """
     from slurmpool.slurm.runner import SlurmCommandError
 
+    end = time.monotonic() + timeout
+
+    def left() -> float:
+        return max(0.1, end - time.monotonic())
+
     if scontrol_json:
-        res = runner.run("scontrol", "show", "job", "--json", job_id, timeout=timeout, check=False)
+        res = runner.run("scontrol", "show", "job", "--json", job_id, timeout=left(), check=False)
         if res.ok:
             return allocation_from_json(res.stdout, job_id)
         # 22.05: "scontrol: unrecognized option '--json'" (measured).
         if "unrecognized option" not in res.stderr:
             raise SlurmCommandError(res.argv, res.returncode, res.stderr, res.stdout)
     argv = ("-h", "-j", job_id, "-O", SQUEUE_FORMAT)
-    res = runner.run("squeue", *argv, timeout=timeout, check=False)
+    res = runner.run("squeue", *argv, timeout=left(), check=False)
     # A field this squeue does not know: "Invalid job format specification: X" on
     # stderr, and exit status 0 on 22.05 (measured).
     if "invalid job format" in res.stderr.lower():
-        res = runner.run("scontrol", "show", "job", "-d", job_id, timeout=timeout)
+        res = runner.run("scontrol", "show", "job", "-d", job_id, timeout=left())
         return allocation_from_text(res.stdout, job_id)
     if not res.ok:  # slurmctld unreachable or slow: a second call would not help
         raise SlurmCommandError(res.argv, res.returncode, res.stderr, res.stdout)

@@ -20,7 +20,7 @@ from slurmpool.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from typing import TypeVar
 
     _DB = TypeVar("_DB", bound="StateDB")
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 
 class StateStoreError(RuntimeError):
     """The state store is unusable (corrupt, newer schema, unwritable)."""
+
+
+class StoreBusy(StateStoreError):
+    """The store's write lock was not free within the wait allowed: another process
+    holds it.  The node is busy, not broken."""
 
 
 @record(frozen=True, slots=True)
@@ -64,20 +69,29 @@ def create_private(path: str) -> None:
 
 class StateDB:
     """The database at ``path``, opened (created if missing) with ``components``
-    migrated to this code's versions."""
+    migrated to this code's versions.
+
+    A write transaction waits for the lock at most ``timeout_s``, or, with
+    ``lock_wait``, what it returns when the transaction begins (a hook's
+    shrinking budget); then it raises :class:`StoreBusy`.
+    """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         components: Sequence[Component],
         timeout_s: float = 30.0,
+        lock_wait: Callable[[], float] | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.components = tuple(components)
         names = [c.name for c in self.components]
         if len(set(names)) != len(names):
             raise ValueError(f"components named twice: {names}")
+        self._lock_wait = lock_wait
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        if lock_wait is not None:
+            timeout_s = lock_wait()
         try:
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE).
             self.conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
@@ -86,6 +100,14 @@ class StateDB:
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+        except StoreBusy:
+            self.conn.close()
+            raise
+        except sqlite3.OperationalError as e:
+            if _is_busy(e):
+                self.conn.close()
+                raise self._busy() from None
+            raise StateStoreError(f"{self.path}: {e}") from e
         except sqlite3.DatabaseError as e:
             raise StateStoreError(f"{self.path}: {e}") from e
 
@@ -101,7 +123,14 @@ class StateDB:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken before any read that a decision depends on."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        if self._lock_wait is not None:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(self._lock_wait() * 1000)}")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if not _is_busy(e):
+                raise StateStoreError(f"{self.path}: {e}") from e
+            raise self._busy() from None
         try:
             yield self.conn
         except BaseException:
@@ -109,6 +138,13 @@ class StateDB:
             raise
         else:
             self.conn.execute("COMMIT")
+
+    def _busy(self) -> StoreBusy:
+        wait_ms = self.conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        return StoreBusy(
+            f"{self.path}: locked by another process for longer than the "
+            f"{wait_ms / 1000:.1f} s this one may wait"
+        )
 
     def schema_version(self, name: str) -> int:
         """The version of component ``name`` in the file (0: never created)."""
@@ -140,6 +176,14 @@ class StateDB:
                     "INSERT OR REPLACE INTO schema_versions (component, version) VALUES (?, ?)",
                     (component.name, component.version),
                 )
+
+
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED: another connection holds the lock."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)
+    return "locked" in str(e) or "busy" in str(e)
 
 
 def split_sql(script: str) -> list[str]:

@@ -23,7 +23,7 @@ from slurmpool.state.db import Component, StateDB, create_private, store_path
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 INTENT = "intent"
@@ -88,12 +88,14 @@ def open_node_store(
     node: str,
     components: Sequence[Component] = (),
     timeout_s: float = 30.0,
+    lock_wait: Callable[[], float] | None = None,
 ) -> NodeStore:
     """Open ``node``'s store with the allocations and ``components``, creating it
-    readable by root only (mode 0600)."""
+    readable by root only (mode 0600); ``timeout_s`` and ``lock_wait`` as for
+    :class:`~slurmpool.state.db.StateDB`."""
     path = store_path(state_dir, node)
     create_private(path)
-    return NodeStore(path, components, timeout_s=timeout_s)
+    return NodeStore(path, components, timeout_s=timeout_s, lock_wait=lock_wait)
 
 
 @record(frozen=True, slots=True)
@@ -166,8 +168,9 @@ class NodeStore(StateDB):
         path: str | os.PathLike[str],
         components: Sequence[Component] = (),
         timeout_s: float = 30.0,
+        lock_wait: Callable[[], float] | None = None,
     ) -> None:
-        super().__init__(path, (ALLOCATIONS, *components), timeout_s)
+        super().__init__(path, (ALLOCATIONS, *components), timeout_s, lock_wait)
 
     def schema_version(self, name: str = ALLOCATIONS.name) -> int:
         return super().schema_version(name)

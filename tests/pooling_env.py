@@ -154,10 +154,18 @@ class Pool:
             **more,
         }
 
-    def hook(self, hook: str, env: Mapping[str, str]) -> tuple[int, str, str]:
+    def argv(self, hook: str, budget_s: int | None = None) -> list[str]:
+        """The hook's command line (``budget_s``: the wrapper's ``--budget-s``)."""
+        argv = [sys.executable, "-m", "slurmpool.hooks", hook]
+        argv += ["--node-config", str(self.config_path)]
+        return argv + (["--budget-s", str(budget_s)] if budget_s is not None else [])
+
+    def hook(
+        self, hook: str, env: Mapping[str, str], budget_s: int | None = None
+    ) -> tuple[int, str, str]:
         """Run a hook as slurmd does: a separate process with only ``env``."""
         proc = subprocess.run(
-            [sys.executable, "-m", "slurmpool.hooks", hook, "--node-config", str(self.config_path)],
+            self.argv(hook, budget_s),
             env=dict(env),
             capture_output=True,
             text=True,
@@ -166,9 +174,11 @@ class Pool:
         )
         return proc.returncode, proc.stdout, proc.stderr
 
-    def start_hook(self, hook: str, env: Mapping[str, str]) -> subprocess.Popen[str]:
+    def start_hook(
+        self, hook: str, env: Mapping[str, str], budget_s: int | None = None
+    ) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "slurmpool.hooks", hook, "--node-config", str(self.config_path)],
+            self.argv(hook, budget_s),
             env=dict(env),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

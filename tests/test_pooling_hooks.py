@@ -366,8 +366,7 @@ def test_orphan_instance_is_destroyed_only_when_idle(pool: Pool) -> None:
         attach_process(pool.sim_dir, 1, busy.gi_id, busy.ci_id, pid=worker.pid, used_mib=10, util=1)
         log = ListLog()
         node = pool.node(log)
-        with node.store().transaction():
-            reconcile(node)
+        reconcile(node)
         node.close()
         left = [(i[0], i[2]) for i in pool.instances()]
         assert left == [(1, 0)]  # the idle orphan went, the busy one stays

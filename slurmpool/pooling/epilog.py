@@ -11,12 +11,12 @@ A second run finds nothing live for the job and changes nothing.
 from __future__ import annotations
 
 from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
-from slurmpool.pooling import jobfile, owner
+from slurmpool.pooling import ended, jobfile, owner
 from slurmpool.pooling.node import Broken
-from slurmpool.pooling.reconcile import reconcile
+from slurmpool.pooling.reconcile import defer, reconcile
 from slurmpool.pooling.release import ReleaseError, undo
 from slurmpool.pooling.text import clean
-from slurmpool.state.db import StateStoreError
+from slurmpool.state.db import StateStoreError, StoreBusy
 from slurmpool.state.store import ACTIVE, RELEASED, RELEASING
 
 TYPE_CHECKING = False
@@ -30,6 +30,11 @@ def run_epilog(node: Node, job: Job) -> int:
     try:
         _summarise(node, job)
         return _release(node, job)
+    except StoreBusy as e:
+        # Busy, not broken: the next hook's reconcile gives the job's GPUs back.
+        ended.mark(node.run_dir, job.job_id)
+        node.log.event("release-deferred", level="warning", job=job.job_id, error=clean(str(e)))
+        return 0
     except (Broken, BackendUnavailable, StateStoreError) as e:
         node.log.event("broken-node", level="error", job=job.job_id, error=clean(str(e), 500))
         return 1
@@ -87,7 +92,7 @@ def _release(node: Node, job: Job) -> int:
         except (ReleaseError, GpuBackendError, OSError) as e:
             # Left in `releasing` with no owner: a later hook run's reconcile retries.
             with store.transaction():
-                store.set_owner(a.id, None, None)
+                defer(store, a)
             log.event("release-stuck", level="error", job=job.job_id, alloc=a.id, error=str(e))
             stuck.add(a.id)
             continue
@@ -96,13 +101,14 @@ def _release(node: Node, job: Job) -> int:
             store.set_owner(a.id, None, None)
             store.set_state(a.id, RELEASED, note=result.detail)
         log.event("released", job=job.job_id, alloc=a.id, mode=a.mode, detail=result.detail)
-    # Reconcile when a crashed hook left records half-way (orphan instances are
-    # found by the next prolog, which lists the GPUs anyway).
+    if not stuck:
+        ended.forget(node.run_dir, job.job_id)
+    # Reconcile when a crashed hook left records half-way or an epilog left a release
+    # owed (orphan instances are found by the next prolog, which lists the GPUs anyway).
     leftovers = [a for a in store.live() if a.state != ACTIVE and a.id not in stuck]
-    if any(not _owned_by_live(node, a) for a in leftovers):
-        with store.transaction():
-            for line in reconcile(node):
-                log.event("reconciled", job=job.job_id, detail=line)
+    if any(not _owned_by_live(node, a) for a in leftovers) or ended.jobs(node.run_dir):
+        for line in reconcile(node):
+            log.event("reconciled", job=job.job_id, detail=line)
     return 0
 
 

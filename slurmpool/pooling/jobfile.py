@@ -32,10 +32,16 @@ def jobs_dir(run_dir: str | os.PathLike[str]) -> str:
     return os.path.join(os.fspath(run_dir), JOBS_DIR)
 
 
-def job_file(run_dir: str | os.PathLike[str], job_id: str) -> str:
+def checked_job_id(job_id: str) -> str:
+    """``job_id`` when it is a Slurm job id (digits, an array task digits_digits), so it
+    can name a file; else :class:`JobFileError`."""
     if not _JOB_RE.match(job_id):
         raise JobFileError(f"job id {job_id!r} is not a Slurm job id")
-    return os.path.join(jobs_dir(run_dir), f"{job_id}.env")
+    return job_id
+
+
+def job_file(run_dir: str | os.PathLike[str], job_id: str) -> str:
+    return os.path.join(jobs_dir(run_dir), f"{checked_job_id(job_id)}.env")
 
 
 def _ensure_jobs_dir(run_dir: str | os.PathLike[str]) -> str:

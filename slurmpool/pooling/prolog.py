@@ -5,10 +5,16 @@ holds, choose GPU and placement and record the intent; create GI then CI at
 that placement; hand the capability files to the job's user; record the
 allocation active; write the job's export file for the TaskProlog.
 
-Exit 0 for every expected condition, including no room (requeue) and a
-request this node can never serve (requeue held, with the reason).  Only a
-broken node (NVML unreachable, a GPU lost, a broken install) exits 1, which
-drains the node.
+Decide under the node lock, act outside it, record under it: no wait on the
+hardware happens while the lock is held (reconcile claims its work under the
+lock and does it after; instances are created after their intent commits).
+
+Exit 0 for every expected condition, including no room (requeue), a request
+this node can never serve (requeue held, with the reason) and a busy node
+(the lock not free within its share of the budget: requeue).  A requeue that
+Slurm refuses leaves the job without GPUs, to fail on its own, and says so in
+the log.  Only a broken node (NVML unreachable, a GPU lost, a broken install)
+exits 1, which drains the node.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from slurmpool.pooling.exports import exports
 from slurmpool.pooling.mig import MigGpu, occupancy, plan_instances
 from slurmpool.pooling.node import Broken
 from slurmpool.pooling.procs import stop_processes
-from slurmpool.pooling.reconcile import reconcile
+from slurmpool.pooling.reconcile import claim, settle
 from slurmpool.pooling.release import ReleaseError, kill_grace, undo
 from slurmpool.pooling.request import (
     RequestError,
@@ -35,7 +41,7 @@ from slurmpool.pooling.request import (
 from slurmpool.pooling.shared import SharedGpu, choose
 from slurmpool.pooling.text import clean
 from slurmpool.records import record
-from slurmpool.state.db import StateStoreError
+from slurmpool.state.db import StateStoreError, StoreBusy
 from slurmpool.state.store import ACTIVE, RELEASED, NewAllocation
 
 TYPE_CHECKING = False
@@ -71,6 +77,10 @@ def run_prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory
     """The prolog; returns its exit status.  ``slurm()`` gives the Slurm access when needed."""
     try:
         return _prolog(node, job, env, slurm)
+    except StoreBusy as e:
+        # Whatever this run began stays owned by it: once it exits, reconcile undoes it.
+        node.log.event("node-busy", level="warning", job=job.job_id, error=clean(str(e), 300))
+        return _requeue(node, job, slurm, f"node {node.name} busy: state store locked", False)
     except (Broken, BackendUnavailable, StateStoreError, caps.CapsError, vfio.VfioError) as e:
         node.log.event("broken-node", level="error", job=job.job_id, error=clean(str(e), 500))
         return 1
@@ -136,14 +146,16 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
     )
     store = node.store()
     with store.transaction():
-        for line in reconcile(node):
+        todo = claim(node)
+    if not todo.empty:
+        for line in settle(node, todo):
             log.event("reconciled", job=job.job_id, detail=line)
-        mine = store.for_job(job.job_id)
-        if mine and all(a.state == ACTIVE for a in mine):
-            # The prolog ran again for an allocated job: hand out the same again.
-            _write_exports(node, job)
-            log.event("already-allocated", job=job.job_id, allocations=len(mine))
-            return 0
+    mine = store.for_job(job.job_id)
+    if mine and all(a.state == ACTIVE for a in mine):
+        # The prolog ran again for an allocated job: hand out the same again.
+        _write_exports(node, job)
+        log.event("already-allocated", job=job.job_id, allocations=len(mine))
+        return 0
     if mine:
         _undo_job(node, job, "restarting the job's allocation")
     try:
@@ -154,18 +166,25 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
             _POOLED_ALLOCATORS[mode](node, job, req.count)
     except (NoRoom, NeverHere, NoRoomError) as e:  # NoRoomError: an unrecorded instance
         _undo_job(node, job, "requeued")
-        from slurmpool.pooling.requeue import requeue_job
-
-        jobs = slurm()
-        comment = _admin_comment(jobs, job)
-        hold = isinstance(e, NeverHere)
-        if not requeue_job(job, str(e), jobs, store, log, comment, hold=hold):
-            raise Broken(f"job {job.job_id} has no room here and could not be requeued") from None
-        return 0
+        return _requeue(node, job, slurm, str(e), isinstance(e, NeverHere))
     except BaseException:
         _undo_job(node, job, "prolog failed")
         raise
     _write_exports(node, job)
+    return 0
+
+
+def _requeue(node: Node, job: Job, slurm: SlurmFactory, reason: str, hold: bool) -> int:
+    """Send the job back to the queue (held when ``hold``); 0 whatever Slurm answers:
+    a job Slurm would not requeue runs without GPUs here and fails on its own."""
+    from slurmpool.pooling.requeue import requeue_job
+
+    jobs = slurm()
+    comment = _admin_comment(jobs, job)
+    if not requeue_job(job, reason, jobs, node.store, node.log, comment, hold=hold):
+        node.log.event(
+            "not-requeued", level="error", job=job.job_id, detail="the job runs without GPUs"
+        )
     return 0
 
 

@@ -1,23 +1,32 @@
 """Reconcile the state store with the GPUs: finish what crashed hooks left.
 
-Plan first (pure), then apply.  Run inside the store's write transaction, so
-no prolog commits an intent between the reads and the actions: any instance
-a running prolog creates already has its committed intent.
+Decide under the node lock, act outside it, record under it: :func:`claim`
+plans (pure :func:`plan`) and takes the records it will finish, inside the
+caller's write transaction, so no prolog commits an intent between the reads
+and the decision; :func:`settle` then does the hardware work with no lock
+held, and records each outcome in a short transaction of its own.  A hook
+waiting on a busy instance therefore never holds up another hook.
 
 - an ``intent`` or ``releasing`` record whose owner process is gone was
   left half-way: undo it (destroy its instance if one exists at its
   placement, restore files) and mark it released;
+- an ``active`` record of a job whose epilog could not reach the store
+  (:mod:`slurmpool.pooling.ended`) is given back the same way;
 - an instance on a ``mig``-mode GPU that no live record owns is an orphan:
-  destroy it once idle;
-- everything else, in particular every ``active`` record (a running job's),
-  is left alone.
+  destroy it once idle (one attempt, no waiting);
+- a record that could not be undone is tried again only after
+  :data:`RETRY_AFTER_S`, so a stuck instance does not slow every job start;
+- everything else, in particular every other ``active`` record (a running
+  job's), is left alone.
 """
 
 from __future__ import annotations
 
+import time
+
 from slurmpool.gpu.backend import GpuBackendError
 from slurmpool.modes import GpuMode
-from slurmpool.pooling import owner
+from slurmpool.pooling import ended, owner
 from slurmpool.pooling.mig import instance_of
 from slurmpool.pooling.release import ReleaseError, destroy, undo
 from slurmpool.records import record
@@ -25,16 +34,23 @@ from slurmpool.state.store import ACTIVE, RELEASED
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
     from slurmpool.gpu.backend import MigInstance
     from slurmpool.pooling.node import Node
-    from slurmpool.state.store import Allocation
+    from slurmpool.state.store import Allocation, NodeStore
+
+# How long a job start waits on a busy instance another hook left behind.
+PATIENCE_S = 2.0
+# How long a record that could not be undone is left before the next try.
+RETRY_AFTER_S = 60.0
+# The details key holding that time (wall clock, seconds since the epoch).
+RETRY_AFTER_KEY = "retry_after"
 
 
 @record(frozen=True, slots=True)
 class ReconcilePlan:
-    finish: tuple[Allocation, ...]  # records left half-way by a dead hook
+    finish: tuple[Allocation, ...]  # records to give back (a dead hook's, an ended job's)
     orphans: tuple[tuple[int, MigInstance], ...]  # (config GPU index, instance)
 
     @property
@@ -46,9 +62,18 @@ def plan(
     records: Sequence[Allocation],
     instances: Mapping[int, Sequence[MigInstance]],
     owner_alive: Callable[[Allocation], bool],
+    now: float,
+    ended_jobs: Collection[str] = (),
 ) -> ReconcilePlan:
-    """What to do, from the live records and the instances of each ``mig`` GPU."""
-    finish = tuple(r for r in records if r.state != ACTIVE and not owner_alive(r))
+    """What to do, from the live records, the instances of each ``mig`` GPU, the time
+    and the jobs whose epilog left their release to a later hook."""
+    finish = tuple(
+        r
+        for r in records
+        if (r.state != ACTIVE or r.job_id in ended_jobs)
+        and not owner_alive(r)
+        and float(r.details.get(RETRY_AFTER_KEY, 0)) <= now
+    )
     orphans = []
     for gpu_index, insts in sorted(instances.items()):
         mine = [r for r in records if r.mode is GpuMode.MIG and r.gpu_index == gpu_index]
@@ -65,29 +90,65 @@ def plan(
     return ReconcilePlan(finish, tuple(orphans))
 
 
-def current_plan(node: Node) -> ReconcilePlan:
+def claim(node: Node) -> ReconcilePlan:
+    """Plan, and make this hook the owner of each record to finish, so that no other
+    hook takes it meanwhile.  The caller holds the store's write transaction."""
     store = node.store()
     records = store.live()
     instances = {
         g.index: node.backend().instances(node.nvml_index(g)) for g in node.gpus(GpuMode.MIG)
     }
     proc_root = node.proc_root
-    return plan(records, instances, lambda r: owner.alive(r.owner_pid, r.owner_start, proc_root))
+    todo = plan(
+        records,
+        instances,
+        lambda r: owner.alive(r.owner_pid, r.owner_start, proc_root),
+        time.time(),
+        ended.jobs(node.run_dir),
+    )
+    me = owner.current(proc_root)
+    for r in todo.finish:
+        store.set_owner(r.id, me.pid, me.start)
+    return todo
 
 
-def apply(node: Node, todo: ReconcilePlan) -> list[str]:
-    """Carry the plan out (inside the caller's transaction); return what was done."""
+def defer(store: NodeStore, r: Allocation) -> None:
+    """``r`` could not be undone now: leave it ownerless, for a try after
+    :data:`RETRY_AFTER_S` (inside the caller's transaction)."""
+    store.set_owner(r.id, None, None)
+    store.set_details(r.id, {**r.details, RETRY_AFTER_KEY: time.time() + RETRY_AFTER_S})
+
+
+def settle(node: Node, todo: ReconcilePlan, patience_s: float = PATIENCE_S) -> list[str]:
+    """Carry a claimed plan out, with no lock held; return what was done.
+
+    ``patience_s`` bounds the wait for each busy instance (within the deadline).
+    """
     store = node.store()
     done = []
     for r in todo.finish:
         try:
-            result = undo(node, r)
+            result = undo(node, r, patience_s)
         except (ReleaseError, GpuBackendError, OSError) as e:
-            node.log.event("reconcile-stuck", level="error", job=r.job_id, alloc=r.id, error=str(e))
+            with store.transaction():
+                defer(store, r)
+            node.log.event(
+                "reconcile-stuck",
+                level="error",
+                job=r.job_id,
+                alloc=r.id,
+                error=str(e),
+                retry_in_s=int(RETRY_AFTER_S),
+            )
             continue
-        store.set_owner(r.id, None, None)
-        store.set_state(r.id, RELEASED, note=f"reconciled: {result.detail}")
-        line = f"job {r.job_id} allocation {r.id} ({r.state}, hook gone): {result.detail}"
+        with store.transaction():
+            store.set_owner(r.id, None, None)
+            store.set_state(r.id, RELEASED, note=f"reconciled: {result.detail}")
+            rest = store.for_job(r.job_id)
+        if not rest:
+            ended.forget(node.run_dir, r.job_id)
+        why = "job ended" if r.state == ACTIVE else "hook gone"
+        line = f"job {r.job_id} allocation {r.id} ({r.state}, {why}): {result.detail}"
         node.log.event("reconcile", job=r.job_id, alloc=r.id, was=r.state, detail=result.detail)
         done.append(line)
     by_index = {g.index: g for g in node.gpus(GpuMode.MIG)}
@@ -103,7 +164,7 @@ def apply(node: Node, todo: ReconcilePlan) -> list[str]:
                     profile=inst.profile,
                 )
                 continue
-            destroy(node, index, inst)
+            destroy(node, index, inst, patience_s=0.0)
         except (ReleaseError, GpuBackendError) as e:
             node.log.event(
                 "orphan-stuck", level="error", gpu=gpu_index, gi=inst.gi_id, error=str(e)
@@ -120,7 +181,8 @@ def apply(node: Node, todo: ReconcilePlan) -> list[str]:
     return done
 
 
-def reconcile(node: Node) -> list[str]:
-    """Plan and apply (the caller holds the store's write transaction)."""
-    todo = current_plan(node)
-    return [] if todo.empty else apply(node, todo)
+def reconcile(node: Node, patience_s: float = PATIENCE_S) -> list[str]:
+    """Claim under the node lock, then settle outside it (the caller holds no transaction)."""
+    with node.store().transaction():
+        todo = claim(node)
+    return [] if todo.empty else settle(node, todo, patience_s)

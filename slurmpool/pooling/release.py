@@ -45,20 +45,23 @@ def _gpu_cfg(node: Node, record: Allocation) -> NodeGpu:
     raise ReleaseError(f"allocation {record.id}: GPU {record.gpu_index} is not in the node config")
 
 
-def destroy(node: Node, nvml_index: int, inst: MigInstance) -> int:
-    """Stop what runs on ``inst``, destroy its CI and GI; retry while in use, within bounds.
+def destroy(node: Node, nvml_index: int, inst: MigInstance, patience_s: float | None = None) -> int:
+    """Stop what runs on ``inst``, destroy its CI and GI; retry while in use, for at most
+    ``patience_s`` (default the policy's ``destroy_retry_s``) within the deadline.
 
-    Returns how many stray processes were stopped.
+    Returns how many stray processes were stopped.  Never call it holding the node lock.
     """
     backend = node.backend()
     policy = node.config.pooling
-    limit = node.deadline.within(policy.destroy_retry_s, EXIT_RESERVE_S)
+    wanted = policy.destroy_retry_s if patience_s is None else patience_s
+    limit = node.deadline.within(wanted, EXIT_RESERVE_S)
     deadline = time.monotonic() + limit
     stopped = 0
     while True:
         pids = [p.pid for p in backend.processes(nvml_index, inst.gi_id)]
         if pids:
-            left = stop_processes(pids, kill_grace(node), node.proc_root)
+            grace = min(kill_grace(node), max(0.0, deadline - time.monotonic()))
+            left = stop_processes(pids, grace, node.proc_root)
             stopped += len(pids) - len(left)
         try:
             backend.destroy_instance(nvml_index, inst.gi_id)
@@ -77,12 +80,13 @@ def kill_grace(node: Node) -> float:
     return node.deadline.within(node.config.pooling.kill_grace_s, EXIT_RESERVE_S)
 
 
-def undo(node: Node, record: Allocation) -> Undone:
-    """Take back what ``record`` handed out; raises ReleaseError if it cannot."""
-    return _UNDO[record.mode](node, record)
+def undo(node: Node, record: Allocation, patience_s: float | None = None) -> Undone:
+    """Take back what ``record`` handed out, waiting on a busy instance at most
+    ``patience_s`` (see :func:`destroy`); raises ReleaseError if it cannot."""
+    return _UNDO[record.mode](node, record, patience_s)
 
 
-def _undo_mig(node: Node, record: Allocation) -> Undone:
+def _undo_mig(node: Node, record: Allocation, patience_s: float | None) -> Undone:
     index = node.nvml_index(_gpu_cfg(node, record))
     inst = instance_of(record, node.backend().instances(index))
     minors = set(record.cap_minors)
@@ -92,12 +96,12 @@ def _undo_mig(node: Node, record: Allocation) -> Undone:
     caps.restore(node.devices_root, sorted(minors))
     if inst is None:
         return Undone(record.id, "instance already gone")
-    stopped = destroy(node, index, inst)
+    stopped = destroy(node, index, inst, patience_s)
     what = f"destroyed {inst.profile} gi{inst.gi_id} at {inst.placement} on GPU {index}"
     return Undone(record.id, what + (f", stopped {stopped} stray process(es)" if stopped else ""))
 
 
-def _undo_passthrough(node: Node, record: Allocation) -> Undone:
+def _undo_passthrough(node: Node, record: Allocation, _patience_s: float | None) -> Undone:
     gpu = _gpu_cfg(node, record)
     notes = []
     binding = record.details.get("vfio")
@@ -118,12 +122,12 @@ def _undo_passthrough(node: Node, record: Allocation) -> Undone:
     return Undone(record.id, ", ".join(notes) or f"GPU {record.gpu_index} returned")
 
 
-def _undo_shared(node: Node, record: Allocation) -> Undone:
+def _undo_shared(node: Node, record: Allocation, _patience_s: float | None) -> Undone:
     return Undone(record.id, f"{record.shares} share(s) of GPU {record.gpu_index} returned")
 
 
 # What giving an allocation back means, per mode.
-_UNDO: dict[GpuMode, Callable[[Node, Allocation], Undone]] = {
+_UNDO: dict[GpuMode, Callable[[Node, Allocation, float | None], Undone]] = {
     GpuMode.MIG: _undo_mig,
     GpuMode.PASSTHROUGH: _undo_passthrough,
     GpuMode.SHARED: _undo_shared,

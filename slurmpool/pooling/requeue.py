@@ -14,9 +14,12 @@ from __future__ import annotations
 from slurmpool.pooling.text import clean
 from slurmpool.slurm.admin_comment import AdminComment
 from slurmpool.slurm.runner import SlurmCommandError
+from slurmpool.state.db import StoreBusy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from slurmpool.pooling.node import EventLog, Job
     from slurmpool.pooling.slurmjob import SlurmJobs
     from slurmpool.state.store import NodeStore
@@ -26,7 +29,7 @@ def requeue_job(
     job: Job,
     reason: str,
     slurm: SlurmJobs,
-    store: NodeStore,
+    store: Callable[[], NodeStore],
     log: EventLog,
     existing_comment: str | None,
     hold: bool = False,
@@ -35,13 +38,20 @@ def requeue_job(
 
     The AdminComment update comes first, while the job still runs; its failure
     is logged and never stops the requeue.  ``existing_comment`` None means it
-    could not be read: then it is left alone rather than overwritten.
+    could not be read: then it is left alone rather than overwritten.  The
+    node's requeue count is kept in ``store()`` when its lock is free in time.
     """
     why = clean(reason)
-    with store.transaction():
-        store.record_requeue(job.job_id, why)
-        count = store.requeue_count(job.job_id)
-    note = f"requeued {count}x on {'hold' if hold else 'no room'}: {why}"
+    count: int | None = None
+    try:
+        s = store()
+        with s.transaction():
+            s.record_requeue(job.job_id, why)
+            count = s.requeue_count(job.job_id)
+    except StoreBusy as e:
+        log.event("requeue-uncounted", level="warning", job=job.job_id, error=clean(str(e)))
+    times = f" {count}x" if count is not None else ""
+    note = f"requeued{times} on {'hold' if hold else 'no room'}: {why}"
     if existing_comment is None:
         log.event("admin-comment-unknown", level="warning", job=job.job_id, note=note)
     else:
@@ -55,5 +65,10 @@ def requeue_job(
     except SlurmCommandError as e:
         log.event("requeue-failed", level="error", job=job.job_id, error=clean(str(e)))
         return False
-    log.event("requeue-hold" if hold else "requeue", job=job.job_id, reason=why, requeues=count)
+    log.event(
+        "requeue-hold" if hold else "requeue",
+        job=job.job_id,
+        reason=why,
+        requeues=count if count is not None else "-",
+    )
     return True

@@ -1,0 +1,192 @@
+"""A busy node is not a broken one: decide under the node lock, act outside it.
+
+Real hooks (separate processes) on the simulator; Slurm is the recording stand-in
+of :mod:`pooling_env`.  A "stuck" instance holds a process the hooks will never
+signal (PID 1), so destroying it fails as a GPU process that survives SIGKILL does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from pooling_env import NODE, Pool, make_pool
+
+from slurmpool.modes import GpuMode
+from slurmpool.pooling import ended
+from slurmpool.pooling.reconcile import RETRY_AFTER_KEY, plan
+from slurmpool.sim.processes import attach_process
+from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING, Allocation, open_node_store
+
+# What the wrapper would pass for a 9 s prolog: the hook keeps 3 s below it, waits on
+# the lock for at most a third of the rest, and stops 4 s before its end.
+SHORT_BUDGET_S = 9
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Pool:
+    return make_pool(tmp_path)
+
+
+@contextmanager
+def lock_held(pool: Pool) -> Iterator[None]:
+    """Another process's write transaction on the node's store."""
+    store = open_node_store(pool.state_dir, NODE)
+    store.conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        store.conn.execute("ROLLBACK")
+        store.close()
+
+
+def _records(pool: Pool, job: str) -> list[Allocation]:
+    with pool.store() as store:
+        return store.for_job(job, include_released=True)
+
+
+def _stuck_release(pool: Pool, job: str) -> Allocation:
+    """A job whose epilog died half-way while its instance holds an unkillable process."""
+    env = pool.env(job, vgpu=1)
+    assert pool.hook("prolog", env)[0] == 0
+    [a] = _records(pool, job)
+    attach_process(pool.sim_dir, a.gpu_index, a.gi_id, a.ci_id, pid=1, used_mib=10, util=1)
+    pool.fault("after-releasing")
+    assert pool.hook("epilog", env)[0] == -9
+    [a] = _records(pool, job)
+    assert a.state == RELEASING
+    return a
+
+
+def test_three_prologs_behind_a_stuck_instance_neither_wait_nor_drain(pool: Pool) -> None:
+    stuck = _stuck_release(pool, "500")
+    jobs = ["501", "502", "503"]
+    envs = {j: pool.env(j, vgpu=1) for j in jobs}
+    start = time.monotonic()
+    procs = {j: pool.start_hook("prolog", envs[j]) for j in jobs}
+    results = {j: p.communicate(timeout=120) for j, p in procs.items()}
+    elapsed = time.monotonic() - start
+    for j, p in procs.items():
+        assert p.returncode == 0, results[j][1]
+        assert [a.state for a in _records(pool, j)] == [ACTIVE], results[j][1]
+    errors = "".join(err for _, err in results.values())
+    assert "node-busy" not in errors and "broken-node" not in errors
+    # One hook tried the stuck instance, for its patience; the others went on.
+    assert errors.count("action=reconcile-stuck ") == 1
+    assert elapsed < 27  # each prolog's own budget (30 s less its margin)
+    [a] = _records(pool, "500")
+    assert a.state == RELEASING and a.owner_pid is None
+    assert float(a.details[RETRY_AFTER_KEY]) > time.time()
+    # Within the retry delay, a job start does not wait on it again.
+    rc, _, err = pool.hook("prolog", pool.env("504", vgpu=1))
+    assert rc == 0 and "reconcile-stuck" not in err
+    assert stuck.id == a.id
+
+
+def test_a_busy_store_requeues_the_job_and_exits_zero(pool: Pool) -> None:
+    env = pool.env("700", vgpu=1)
+    with lock_held(pool):
+        rc, _, err = pool.hook("prolog", env, budget_s=SHORT_BUDGET_S)
+    assert rc == 0, err
+    assert "action=node-busy level=warning" in err
+    assert "action=requeue-uncounted" in err
+    assert "requeue 700" in pool.calls
+    update = next(c for c in pool.calls if c.startswith("update"))
+    assert "slurmpool: requeued on no room: node node1 busy" in update
+    assert pool.instances() == []
+
+
+def test_a_requeue_slurm_refuses_leaves_the_job_without_gpus_not_the_node_drained(
+    pool: Pool,
+) -> None:
+    assert pool.hook("prolog", pool.env("710", vgpu=14))[0] == 0
+    scontrol = pool.bin_dir / "scontrol"
+    scontrol.write_text(
+        scontrol.read_text().replace(
+            "exit 0\n", 'case "$1" in requeue*) echo "slurmctld down" >&2; exit 1;; esac\nexit 0\n'
+        )
+    )
+    rc, _, err = pool.hook("prolog", pool.env("711", vgpu=1))
+    assert rc == 0, err
+    assert "action=requeue-failed level=error" in err
+    assert "action=not-requeued level=error" in err
+    assert _records(pool, "711") == []
+    assert pool.hook("task-prolog", pool.env("711", vgpu=1))[1] == ""
+
+
+def test_an_epilog_without_the_lock_leaves_the_release_to_the_next_hook(pool: Pool) -> None:
+    env = pool.env("600", vgpu=2)
+    assert pool.hook("prolog", env)[0] == 0
+    with lock_held(pool):
+        rc, _, err = pool.hook("epilog", env, budget_s=SHORT_BUDGET_S)
+    assert rc == 0, err
+    assert "action=release-deferred level=warning" in err
+    assert ended.jobs(str(pool.run_dir)) == {"600"}
+    assert len(pool.instances()) == 1  # still there: nobody could record its release
+    rc, _, err = pool.hook("prolog", pool.env("601", vgpu=1))
+    assert rc == 0, err
+    assert "job ended" in err
+    assert [a.state for a in _records(pool, "600")] == [RELEASED]
+    assert ended.jobs(str(pool.run_dir)) == frozenset()
+    assert [i[1] for i in pool.instances()] == ["1g.10gb"]  # 601's only
+
+
+def test_a_requeued_run_first_gives_back_what_its_last_run_owed(pool: Pool) -> None:
+    env = pool.env("610", vgpu=1)
+    assert pool.hook("prolog", env)[0] == 0
+    [first] = _records(pool, "610")
+    with lock_held(pool):
+        assert pool.hook("epilog", env, budget_s=SHORT_BUDGET_S)[0] == 0
+    rc, _, err = pool.hook("prolog", {**env, "SLURM_JOB_RESTART_COUNT": "1"})
+    assert rc == 0, err
+    states = {a.id: a.state for a in _records(pool, "610")}
+    assert states.pop(first.id) == RELEASED
+    assert list(states.values()) == [ACTIVE]  # a fresh allocation, not the old run's
+    assert ended.jobs(str(pool.run_dir)) == frozenset()
+    assert len(pool.instances()) == 1
+
+
+# -- the plan, pure -----------------------------------------------------------------
+
+
+def _alloc(id: int, job: str, state: str, **details: object) -> Allocation:
+    return Allocation(
+        id=id,
+        job_id=job,
+        user="alice",
+        uid=1000,
+        mode=GpuMode.SHARED,
+        gpu_index=0,
+        gpu_uuid="GPU-0",
+        profile=None,
+        placement_start=None,
+        placement_size=None,
+        shares=1,
+        state=state,
+        gi_id=None,
+        ci_id=None,
+        mig_uuid=None,
+        cap_minors=(),
+        created_at=0.0,
+        updated_at=0.0,
+        released_at=None,
+        note="",
+        details=dict(details),
+    )
+
+
+def test_plan_finishes_dead_hooks_and_ended_jobs_and_waits_out_retries() -> None:
+    records = [
+        _alloc(1, "1", INTENT),  # a dead prolog's
+        _alloc(2, "2", RELEASING, **{RETRY_AFTER_KEY: 200.0}),  # stuck, retry later
+        _alloc(3, "3", RELEASING, **{RETRY_AFTER_KEY: 50.0}),  # stuck, due again
+        _alloc(4, "4", ACTIVE),  # a running job's
+        _alloc(5, "5", ACTIVE),  # a job whose epilog owed its release
+        _alloc(6, "6", INTENT),  # a live prolog's
+    ]
+    todo = plan(records, {}, lambda r: r.id == 6, now=100.0, ended_jobs={"5"})
+    assert [r.id for r in todo.finish] == [1, 3, 5]
+    assert todo.orphans == ()

@@ -13,11 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from pooling_env import NODE, Pool, make_pool
+from pooling_env import NODE, ListLog, Pool, make_pool
 
 from slurmpool.modes import GpuMode
-from slurmpool.pooling import ended
-from slurmpool.pooling.reconcile import RETRY_AFTER_KEY, plan
+from slurmpool.pooling import caps, ended, owner
+from slurmpool.pooling.reconcile import BOOT_KEY, INSTANCE_GONE, RETRY_AFTER_KEY, plan
+from slurmpool.records import replace
 from slurmpool.sim.processes import attach_process
 from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING, Allocation, open_node_store
 
@@ -188,5 +189,112 @@ def test_plan_finishes_dead_hooks_and_ended_jobs_and_waits_out_retries() -> None
         _alloc(6, "6", INTENT),  # a live prolog's
     ]
     todo = plan(records, {}, lambda r: r.id == 6, now=100.0, ended_jobs={"5"})
-    assert [r.id for r in todo.finish] == [1, 3, 5]
+    assert [(f.alloc.id, f.why) for f in todo.finish] == [
+        (1, "hook gone"),
+        (3, "hook gone"),
+        (5, "job ended"),
+    ]
     assert todo.orphans == ()
+
+
+# -- truth from the hardware ----------------------------------------------------------
+
+
+def test_after_a_boot_the_store_is_rebuilt_from_nvml(pool: Pool) -> None:
+    assert pool.hook("prolog", pool.env("800", vgpu=2))[0] == 0
+    [old] = _records(pool, "800")
+    with pool.store() as store, store.transaction():
+        assert store.meta(BOOT_KEY) == owner.boot_id()
+        store.set_meta(BOOT_KEY, "an-earlier-boot")  # the records predate this boot
+    ended.mark(str(pool.run_dir), "800")
+    rc, _, err = pool.hook("prolog", pool.env("801", vgpu=14))  # the whole node
+    assert rc == 0, err
+    assert "action=node-rebooted level=warning released=1" in err
+    assert "action=orphan-destroyed" in err  # 800's instance: nobody's after the boot
+    [old] = _records(pool, "800")
+    assert old.state == RELEASED and "node rebooted" in old.note
+    assert ended.jobs(str(pool.run_dir)) == frozenset()
+    assert sorted(i[1] for i in pool.instances()) == ["7g.80gb", "7g.80gb"]
+
+
+def test_instances_destroyed_out_of_band_free_their_slices(pool: Pool) -> None:
+    """An admin's `nvidia-smi mig -dci/-dgi`: a vgpu:7 job is no longer requeued for it."""
+    assert pool.hook("prolog", pool.env("810", vgpu=14))[0] == 0
+    with pool.backend() as b:
+        for a in _records(pool, "810"):
+            assert b.destroy_instance(a.gpu_index, a.gi_id)
+    rc, _, err = pool.hook("prolog", pool.env("811", vgpu=7))
+    assert rc == 0, err
+    assert err.count('why="instance gone"') == 2
+    assert "requeue" not in err
+    assert [a.state for a in _records(pool, "810")] == [RELEASED, RELEASED]
+    assert [a.state for a in _records(pool, "811")] == [ACTIVE]
+
+
+def test_a_rerun_prolog_never_hands_out_a_uuid_that_is_gone(pool: Pool) -> None:
+    env = pool.env("820", vgpu=1)
+    assert pool.hook("prolog", env)[0] == 0
+    [a] = _records(pool, "820")
+    with pool.backend() as b:
+        assert b.destroy_instance(a.gpu_index, a.gi_id)
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    assert "already-allocated" not in err
+    exported = pool.hook("task-prolog", env)[1]
+    live = {i[4] for i in pool.instances()}
+    assert a.mig_uuid not in exported and a.mig_uuid not in live
+    assert len(live) == 1 and live.pop() in exported
+
+
+def test_a_gone_instance_leaves_the_files_of_a_newer_one_alone(pool: Pool) -> None:
+    from slurmpool.placement import Placement
+    from slurmpool.pooling.release import undo
+
+    assert pool.hook("prolog", pool.env("830", vgpu=1))[0] == 0
+    [a] = _records(pool, "830")
+    with pool.backend() as b:
+        assert b.destroy_instance(a.gpu_index, a.gi_id)
+        newer = b.create_instance(a.gpu_index, "1g.10gb", Placement(*a.placement))
+    assert sorted(a.cap_minors) == sorted((newer.gi_minor, newer.ci_minor))
+    caps.grant(pool.dev, list(a.cap_minors), 2000)  # the newer instance's job
+    node = pool.node(ListLog())
+    try:
+        assert undo(node, a).detail == "instance already gone"
+    finally:
+        node.close()
+    for minor in a.cap_minors:
+        assert caps.owner(pool.dev, minor)[0] == 2000
+
+
+def test_plan_finds_active_records_whose_instance_is_gone() -> None:
+    from slurmpool.gpu.backend import MigInstance
+    from slurmpool.placement import Placement
+
+    def mig(id: int, uuid: str, gpu: int) -> Allocation:
+        a = _alloc(id, str(id), ACTIVE)
+        return replace(
+            a,
+            mode=GpuMode.MIG,
+            gpu_index=gpu,
+            mig_uuid=uuid,
+            placement_start=0,
+            placement_size=1,
+            profile="1g.10gb",
+        )
+
+    here = MigInstance(
+        gpu_index=0,
+        profile="1g.10gb",
+        profile_id=19,
+        placement=Placement(0, 1),
+        gi_id=9,
+        ci_id=0,
+        uuid="MIG-here",
+        gi_minor=None,
+        ci_minor=None,
+        memory_total_mib=9856,
+        memory_used_mib=0,
+    )
+    records = [mig(1, "MIG-here", 0), mig(2, "MIG-gone", 0), mig(3, "MIG-unlisted", 1)]
+    todo = plan(records, {0: [here]}, lambda r: False, now=0.0)
+    assert [(f.alloc.id, f.why) for f in todo.finish] == [(2, INSTANCE_GONE)]

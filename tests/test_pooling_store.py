@@ -33,7 +33,8 @@ def test_migrates_from_core_schema_1(tmp_path: Path) -> None:
     path = tmp_path / "n.sqlite"
     _v1_database(path)
     with NodeStore(path) as store:
-        assert store.schema_version() == 2
+        assert store.schema_version() == 3
+        assert store.meta("boot_id") is None
         [old] = store.live()
         assert (old.job_id, old.owner_pid, old.details) == ("7", None, {})
         with store.transaction():

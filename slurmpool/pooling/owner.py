@@ -45,3 +45,16 @@ def alive(pid: int | None, start: int | None, proc_root: str = "/proc") -> bool:
     if now is None:
         return False
     return start is None or now == start
+
+
+def boot_id(proc_root: str = "/proc") -> str | None:
+    """This boot's id (``sys/kernel/random/boot_id``), or None where the kernel has none.
+
+    A process start time means nothing across boots, and no record made before a
+    boot describes the hardware after it.
+    """
+    try:
+        with open(os.path.join(proc_root, "sys", "kernel", "random", "boot_id")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None

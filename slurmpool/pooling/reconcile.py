@@ -7,11 +7,17 @@ and the decision; :func:`settle` then does the hardware work with no lock
 held, and records each outcome in a short transaction of its own.  A hook
 waiting on a busy instance therefore never holds up another hook.
 
+- after a boot (the kernel's boot id differs from the one the store was
+  last used in) no record describes the hardware: every live one is marked
+  released, and what NVML lists is all there is (its instances are orphans);
 - an ``intent`` or ``releasing`` record whose owner process is gone was
   left half-way: undo it (destroy its instance if one exists at its
   placement, restore files) and mark it released;
 - an ``active`` record of a job whose epilog could not reach the store
   (:mod:`slurmpool.pooling.ended`) is given back the same way;
+- an ``active`` ``mig`` record whose instance NVML no longer lists (a driver
+  reload, an admin's ``nvidia-smi mig -dci/-dgi``) is released and logged:
+  it holds nothing, and its slices are free;
 - an instance on a ``mig``-mode GPU that no live record owns is an orphan:
   destroy it once idle (one attempt, no waiting);
 - a record that could not be undone is tried again only after
@@ -48,9 +54,23 @@ RETRY_AFTER_S = 60.0
 RETRY_AFTER_KEY = "retry_after"
 
 
+# Why a record is finished.
+HOOK_GONE = "hook gone"
+JOB_ENDED = "job ended"
+INSTANCE_GONE = "instance gone"
+# The store's node_meta key for the boot its records were made in.
+BOOT_KEY = "boot_id"
+
+
+@record(frozen=True, slots=True)
+class Finish:
+    alloc: Allocation
+    why: str  # HOOK_GONE, JOB_ENDED or INSTANCE_GONE
+
+
 @record(frozen=True, slots=True)
 class ReconcilePlan:
-    finish: tuple[Allocation, ...]  # records to give back (a dead hook's, an ended job's)
+    finish: tuple[Finish, ...]  # records to give back
     orphans: tuple[tuple[int, MigInstance], ...]  # (config GPU index, instance)
 
     @property
@@ -67,13 +87,20 @@ def plan(
 ) -> ReconcilePlan:
     """What to do, from the live records, the instances of each ``mig`` GPU, the time
     and the jobs whose epilog left their release to a later hook."""
-    finish = tuple(
-        r
-        for r in records
-        if (r.state != ACTIVE or r.job_id in ended_jobs)
-        and not owner_alive(r)
-        and float(r.details.get(RETRY_AFTER_KEY, 0)) <= now
-    )
+    finish = []
+    for r in records:
+        if owner_alive(r) or float(r.details.get(RETRY_AFTER_KEY, 0)) > now:
+            continue
+        if r.state != ACTIVE:
+            finish.append(Finish(r, HOOK_GONE))
+        elif r.job_id in ended_jobs:
+            finish.append(Finish(r, JOB_ENDED))
+        elif (
+            r.mode is GpuMode.MIG
+            and r.gpu_index in instances
+            and instance_of(r, instances[r.gpu_index]) is None
+        ):
+            finish.append(Finish(r, INSTANCE_GONE))
     orphans = []
     for gpu_index, insts in sorted(instances.items()):
         mine = [r for r in records if r.mode is GpuMode.MIG and r.gpu_index == gpu_index]
@@ -87,29 +114,52 @@ def plan(
             if inst.uuid is None and (inst.placement.start, inst.placement.size) in placed:
                 continue
             orphans.append((gpu_index, inst))
-    return ReconcilePlan(finish, tuple(orphans))
+    return ReconcilePlan(tuple(finish), tuple(orphans))
 
 
 def claim(node: Node) -> ReconcilePlan:
     """Plan, and make this hook the owner of each record to finish, so that no other
     hook takes it meanwhile.  The caller holds the store's write transaction."""
     store = node.store()
+    proc_root = node.proc_root
+    _forget_an_earlier_boot(node)
     records = store.live()
     instances = {
         g.index: node.backend().instances(node.nvml_index(g)) for g in node.gpus(GpuMode.MIG)
     }
-    proc_root = node.proc_root
+    owed = ended.jobs(node.run_dir)
+    for job in owed - {r.job_id for r in records}:
+        ended.forget(node.run_dir, job)  # given back meanwhile (or before a boot)
     todo = plan(
         records,
         instances,
         lambda r: owner.alive(r.owner_pid, r.owner_start, proc_root),
         time.time(),
-        ended.jobs(node.run_dir),
+        owed,
     )
     me = owner.current(proc_root)
-    for r in todo.finish:
-        store.set_owner(r.id, me.pid, me.start)
+    for f in todo.finish:
+        store.set_owner(f.alloc.id, me.pid, me.start)
     return todo
+
+
+def _forget_an_earlier_boot(node: Node) -> None:
+    """After a boot, mark every live record released: the instances, processes, file
+    modes and bindings they describe went with the boot (inside the caller's
+    transaction)."""
+    store = node.store()
+    boot = owner.boot_id(node.proc_root)
+    known = store.meta(BOOT_KEY)
+    if boot is None or boot == known:
+        return
+    store.set_meta(BOOT_KEY, boot)
+    if known is None:
+        return  # a new store, or one from before the boot was recorded
+    live = store.live()
+    for r in live:
+        store.set_owner(r.id, None, None)
+        store.set_state(r.id, RELEASED, note=f"node rebooted (boot {known} -> {boot})")
+    node.log.event("node-rebooted", level="warning", released=len(live), boot=boot)
 
 
 def defer(store: NodeStore, r: Allocation) -> None:
@@ -126,7 +176,8 @@ def settle(node: Node, todo: ReconcilePlan, patience_s: float = PATIENCE_S) -> l
     """
     store = node.store()
     done = []
-    for r in todo.finish:
+    for f in todo.finish:
+        r = f.alloc
         try:
             result = undo(node, r, patience_s)
         except (ReleaseError, GpuBackendError, OSError) as e:
@@ -147,9 +198,16 @@ def settle(node: Node, todo: ReconcilePlan, patience_s: float = PATIENCE_S) -> l
             rest = store.for_job(r.job_id)
         if not rest:
             ended.forget(node.run_dir, r.job_id)
-        why = "job ended" if r.state == ACTIVE else "hook gone"
-        line = f"job {r.job_id} allocation {r.id} ({r.state}, {why}): {result.detail}"
-        node.log.event("reconcile", job=r.job_id, alloc=r.id, was=r.state, detail=result.detail)
+        line = f"job {r.job_id} allocation {r.id} ({r.state}, {f.why}): {result.detail}"
+        node.log.event(
+            "reconcile",
+            level="warning" if f.why == INSTANCE_GONE else "info",
+            job=r.job_id,
+            alloc=r.id,
+            was=r.state,
+            why=f.why,
+            detail=result.detail,
+        )
         done.append(line)
     by_index = {g.index: g for g in node.gpus(GpuMode.MIG)}
     for gpu_index, inst in todo.orphans:

@@ -88,10 +88,15 @@ def undo(node: Node, record: Allocation, patience_s: float | None = None) -> Und
 
 def _undo_mig(node: Node, record: Allocation, patience_s: float | None) -> Undone:
     index = node.nvml_index(_gpu_cfg(node, record))
-    inst = instance_of(record, node.backend().instances(index))
+    instances = node.backend().instances(index)
+    inst = instance_of(record, instances)
     minors = set(record.cap_minors)
     if inst is not None:
         minors.update(m for m in (inst.gi_minor, inst.ci_minor) if m is not None)
+    else:
+        # Gone without us (a driver reload, an admin): its minors may name a newer
+        # instance by now, whose files are that instance's job's.
+        minors -= {m for i in instances for m in (i.gi_minor, i.ci_minor) if m is not None}
     # Root-only first, so nothing new opens the instance while it goes away.
     caps.restore(node.devices_root, sorted(minors))
     if inst is None:

@@ -78,6 +78,13 @@ ALLOCATIONS = Component(
         ALTER TABLE allocations ADD COLUMN details TEXT NOT NULL DEFAULT '{}';
         CREATE INDEX requeues_job ON requeues (job_id);
         """,
+        # 3: facts about the node the records depend on (the boot they were made in).
+        """
+        CREATE TABLE node_meta (
+            key     TEXT PRIMARY KEY,
+            value   TEXT NOT NULL
+        );
+        """,
     ),
 )
 SCHEMA_VERSION = ALLOCATIONS.version
@@ -280,6 +287,15 @@ class NodeStore(StateDB):
             return int(self.conn.execute("SELECT COUNT(*) FROM requeues").fetchone()[0])
         row = self.conn.execute("SELECT COUNT(*) FROM requeues WHERE job_id = ?", (job_id,))
         return int(row.fetchone()[0])
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM node_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO node_meta (key, value) VALUES (?, ?)", (key, value)
+        )
 
     def requeues(self, limit: int = 20) -> list[tuple[str, float, str]]:
         rows = self.conn.execute(

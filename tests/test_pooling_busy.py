@@ -298,3 +298,53 @@ def test_plan_finds_active_records_whose_instance_is_gone() -> None:
     records = [mig(1, "MIG-here", 0), mig(2, "MIG-gone", 0), mig(3, "MIG-unlisted", 1)]
     todo = plan(records, {0: [here]}, lambda r: False, now=0.0)
     assert [(f.alloc.id, f.why) for f in todo.finish] == [(2, INSTANCE_GONE)]
+
+
+# -- whole or nothing -------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_vgpu14_prolog_killed_between_its_instances_is_carved_whole_on_rerun(
+    pool: Pool,
+) -> None:
+    env = pool.env("900", vgpu=14)
+    assert pool.hook("prolog", env)[0] == 0
+    first, second = _records(pool, "900")
+    # The state a kill between the two instances leaves: the second one created but
+    # not yet recorded active, its hook gone.
+    with pool.store() as store, store.transaction():
+        store.conn.execute(
+            "UPDATE allocations SET state = ?, mig_uuid = NULL, owner_pid = ? WHERE id = ?",
+            (INTENT, _dead_pid(), second.id),
+        )
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    assert "already-allocated" not in err
+    records = _records(pool, "900")
+    assert {a.id: a.state for a in records}[first.id] == RELEASED
+    live = [a for a in records if a.state == ACTIVE]
+    assert len(live) == 2 and first.id not in {a.id for a in live}
+    exported = pool.hook("task-prolog", env)[1]
+    uuids = {i[4] for i in pool.instances()}
+    assert len(uuids) == 2 and all(u in exported for u in uuids)
+
+
+def test_complete_means_every_planned_part_active() -> None:
+    from slurmpool.pooling.prolog import PARTS, complete
+
+    def part(id: int, state: str = ACTIVE, parts: int | None = 2) -> Allocation:
+        a = _alloc(id, "1", state)
+        return replace(a, details={} if parts is None else {PARTS: parts})
+
+    assert complete([part(1), part(2)])
+    assert not complete([part(1)])  # the other part was never made, or undone
+    assert not complete([part(1), part(2, INTENT)])
+    assert complete([part(1, parts=None)])  # made before parts were counted
+    assert complete([part(1, parts=1), replace(part(2, parts=1), mode=GpuMode.PASSTHROUGH)])

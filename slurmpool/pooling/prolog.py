@@ -5,6 +5,10 @@ holds, choose GPU and placement and record the intent; create GI then CI at
 that placement; hand the capability files to the job's user; record the
 allocation active; write the job's export file for the TaskProlog.
 
+Whole or nothing: each record knows how many make up the job's allocation
+(``details["parts"]``); a re-run prolog hands out what an earlier run made
+only when all of it is active, and otherwise undoes it and starts over.
+
 Decide under the node lock, act outside it, record under it: no wait on the
 hardware happens while the lock is held (reconcile claims its work under the
 lock and does it after; instances are created after their intent commits).
@@ -42,11 +46,11 @@ from slurmpool.pooling.shared import SharedGpu, choose
 from slurmpool.pooling.text import clean
 from slurmpool.records import record
 from slurmpool.state.db import StateStoreError, StoreBusy
-from slurmpool.state.store import ACTIVE, RELEASED, NewAllocation
+from slurmpool.state.store import ACTIVE, RELEASED, Allocation, NewAllocation
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import TypeAlias
 
     from slurmpool.configgen.nodeconfig import NodeGpu
@@ -65,6 +69,24 @@ class NoRoom(Exception):
 
 class NeverHere(Exception):
     """Not on this node, ever (a request job_submit.lua should have refused)."""
+
+
+# The details key for how many records (of one mode) make up a job's allocation.
+PARTS = "parts"
+
+
+def complete(records: Sequence[Allocation]) -> bool:
+    """Whether a job's live records are its whole allocation: every one active, and, per
+    mode, as many as were planned (a prolog killed between two instances leaves fewer).
+    Records from before the count was kept count as whole."""
+    by_mode: dict[GpuMode, list[Allocation]] = {}
+    for a in records:
+        if a.state != ACTIVE:
+            return False
+        by_mode.setdefault(a.mode, []).append(a)
+    return all(
+        len(group) == int(group[0].details.get(PARTS, len(group))) for group in by_mode.values()
+    )
 
 
 @record
@@ -151,7 +173,7 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
         for line in settle(node, todo):
             log.event("reconciled", job=job.job_id, detail=line)
     mine = store.for_job(job.job_id)
-    if mine and all(a.state == ACTIVE for a in mine):
+    if mine and complete(mine):
         # The prolog ran again for an allocated job: hand out the same again.
         _write_exports(node, job)
         log.event("already-allocated", job=job.job_id, allocations=len(mine))
@@ -277,7 +299,8 @@ def _mig(node: Node, job: Job, count: int) -> None:
                     placement_size=choice.placement.size,
                     owner_pid=me.pid,
                     owner_start=me.start,
-                    details={"vgpu": count},  # the job's allocated count on this node
+                    # The job's allocated count on this node; the instances carved for it.
+                    details={"vgpu": count, PARTS: len(sizes)},
                 )
             )
             planned.append((aid, m, profile, choice))
@@ -350,6 +373,7 @@ def _shared(node: Node, job: Job, count: int) -> None:
                     gpu_uuid=gpu.uuid,
                     shares=n,
                     details={
+                        PARTS: len(picked),
                         "total_shares": gpu.shares,
                         "mps": gpu.mps,
                         "memory_mib": gpu.memory_mib,
@@ -402,7 +426,7 @@ def _passthrough(node: Node, job: Job, whole: list[NodeGpu]) -> None:
         counters = backend.ecc_errors(index)
         health["ecc"] = counters if counters is not None else "not available"
         health["xid"] = "not available"  # NVML reports XIDs only as events, not counters
-        details: dict[str, object] = {"health": health}
+        details: dict[str, object] = {PARTS: len(whole), "health": health}
         binding = None
         if g.vfio:
             sysfs = vfio.Sysfs(node.config.path("sysfs_root"))

@@ -24,6 +24,7 @@ from slurmpool.gpu.select import open_backend
 from slurmpool.hostlist import expand
 from slurmpool.pooling.deadline import Deadline
 from slurmpool.pooling.node import Job, Node
+from slurmpool.sim.faults import plant
 from slurmpool.sim.node import create_node
 from slurmpool.state.store import NodeStore, open_node_store
 
@@ -154,18 +155,18 @@ class Pool:
             **more,
         }
 
-    def argv(self, hook: str, budget_s: int | None = None) -> list[str]:
+    def argv(self, hook: str, budget_s: int | None = None, *more: str) -> list[str]:
         """The hook's command line (``budget_s``: the wrapper's ``--budget-s``)."""
         argv = [sys.executable, "-m", "slurmpool.hooks", hook]
         argv += ["--node-config", str(self.config_path)]
-        return argv + (["--budget-s", str(budget_s)] if budget_s is not None else [])
+        return argv + (["--budget-s", str(budget_s)] if budget_s is not None else []) + [*more]
 
     def hook(
-        self, hook: str, env: Mapping[str, str], budget_s: int | None = None
+        self, hook: str, env: Mapping[str, str], budget_s: int | None = None, *more: str
     ) -> tuple[int, str, str]:
         """Run a hook as slurmd does: a separate process with only ``env``."""
         proc = subprocess.run(
-            self.argv(hook, budget_s),
+            self.argv(hook, budget_s, *more),
             env=dict(env),
             capture_output=True,
             text=True,
@@ -199,10 +200,9 @@ class Pool:
             NODE, config, cls, log, lambda: open_backend(f"sim:{self.sim_dir}"), Deadline(30)
         )
 
-    def fault(self, point: str) -> None:
-        d = self.state_dir / "faults"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / point).touch()
+    def fault(self, point: str, nth: int = 1) -> None:
+        """Kill the next hook that reaches ``point`` (:mod:`slurmpool.sim.faults`)."""
+        plant(self.sim_dir, point, nth)
 
     def instances(self) -> list[tuple[int, str, int, int, str | None]]:
         """(gpu, profile, start, size, uuid) of every instance, sorted."""

@@ -150,9 +150,12 @@ def test_without_a_deadline_each_call_gets_its_timeout(slow_slurm: tuple[Runner,
 # -- the wrapper's budget ---------------------------------------------------------------
 
 
-def _wrapper(tmp_path: Path, hook: str, budget_s: int, site_body: str | None) -> Path:
+def _wrapper(
+    tmp_path: Path, hook: str, budget_s: int, site_body: str | None, python_body: str = ""
+) -> Path:
     """The installed wrapper for ``hook`` with a ``budget_s`` s budget; its interpreter
-    is a stand-in that records the arguments slurmpool's hook would get."""
+    is a stand-in that records the arguments slurmpool's hook would get, then runs
+    ``python_body``."""
     from dataclasses import replace
 
     from slurmpool.install import HOOKS, render_wrapper, target_for_policy
@@ -161,7 +164,10 @@ def _wrapper(tmp_path: Path, hook: str, budget_s: int, site_body: str | None) ->
     examples = Path(__file__).resolve().parent.parent / "examples"
     policy = load_policy(examples / "sandbox.yaml", variables={"root": str(tmp_path / "node")})
     python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "ours"}\n')
+    ours = tmp_path / "ours"  # one line per run
+    python.write_text(
+        f"#!/bin/sh\necho \"$@\" | tr '\\n' ' ' >> {ours}\necho >> {ours}\n{python_body}"
+    )
     python.chmod(0o755)
     target = replace(
         target_for_policy(policy, systemd_dir=str(tmp_path / "systemd"), python=str(python)),
@@ -227,3 +233,30 @@ def test_budget_argument() -> None:
     for bad in ("0", "-3", "1.5", "x"):
         with pytest.raises(UsageError, match="--budget-s: expected a whole number"):
             parse_args(["prolog", "--budget-s", bad])
+
+
+def test_a_prolog_killed_by_a_signal_gets_a_short_second_run(tmp_path: Path) -> None:
+    """The second run (--after-kill) undoes and requeues; the wrapper returns its status."""
+    runs = tmp_path / "ours"
+    body = f'[ "$(wc -l < {runs})" -eq 1 ] && kill -9 $$\nexit 0\n'
+    wrapper = _wrapper(tmp_path, "prolog", 30, None, body)
+    res = subprocess.run([str(wrapper)], env={}, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "the hook died with status 137; undoing and requeueing" in res.stderr
+    first, second = (line.strip() for line in runs.read_text().splitlines())
+    assert "--after-kill" not in first and first.endswith("--budget-s 30")
+    assert second.endswith("--budget-s 10 --after-kill")
+
+
+def test_a_prolog_that_timed_out_is_not_run_again(tmp_path: Path) -> None:
+    wrapper = _wrapper(tmp_path, "prolog", 30, None, "exit 124\n")
+    res = subprocess.run([str(wrapper)], env={}, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 124
+    assert len((tmp_path / "ours").read_text().splitlines()) == 1
+
+
+def test_only_the_prolog_is_run_again(tmp_path: Path) -> None:
+    wrapper = _wrapper(tmp_path, "epilog", 30, None, "kill -9 $$\n")
+    res = subprocess.run([str(wrapper)], env={}, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 137
+    assert len((tmp_path / "ours").read_text().splitlines()) == 1

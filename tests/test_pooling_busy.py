@@ -55,7 +55,7 @@ def _stuck_release(pool: Pool, job: str) -> Allocation:
     assert pool.hook("prolog", env)[0] == 0
     [a] = _records(pool, job)
     attach_process(pool.sim_dir, a.gpu_index, a.gi_id, a.ci_id, pid=1, used_mib=10, util=1)
-    pool.fault("after-releasing")
+    pool.fault("before-destroy-ci")
     assert pool.hook("epilog", env)[0] == -9
     [a] = _records(pool, job)
     assert a.state == RELEASING
@@ -96,7 +96,7 @@ def test_a_busy_store_requeues_the_job_and_exits_zero(pool: Pool) -> None:
     assert "action=requeue-uncounted" in err
     assert "requeue 700" in pool.calls
     update = next(c for c in pool.calls if c.startswith("update"))
-    assert "slurmpool: requeued on no room: node node1 busy" in update
+    assert "slurmpool: requeued: node node1 busy" in update
     assert pool.instances() == []
 
 
@@ -303,27 +303,14 @@ def test_plan_finds_active_records_whose_instance_is_gone() -> None:
 # -- whole or nothing -------------------------------------------------------------------
 
 
-def _dead_pid() -> int:
-    import subprocess
-
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
 def test_a_vgpu14_prolog_killed_between_its_instances_is_carved_whole_on_rerun(
     pool: Pool,
 ) -> None:
     env = pool.env("900", vgpu=14)
-    assert pool.hook("prolog", env)[0] == 0
+    pool.fault("before-create-gi", nth=2)  # the first 7g active and handed out
+    assert pool.hook("prolog", env)[0] == -9
     first, second = _records(pool, "900")
-    # The state a kill between the two instances leaves: the second one created but
-    # not yet recorded active, its hook gone.
-    with pool.store() as store, store.transaction():
-        store.conn.execute(
-            "UPDATE allocations SET state = ?, mig_uuid = NULL, owner_pid = ? WHERE id = ?",
-            (INTENT, _dead_pid(), second.id),
-        )
+    assert (first.state, second.state) == (ACTIVE, INTENT)
     rc, _, err = pool.hook("prolog", env)
     assert rc == 0, err
     assert "already-allocated" not in err
@@ -348,3 +335,29 @@ def test_complete_means_every_planned_part_active() -> None:
     assert not complete([part(1), part(2, INTENT)])
     assert complete([part(1, parts=None)])  # made before parts were counted
     assert complete([part(1, parts=1), replace(part(2, parts=1), mode=GpuMode.PASSTHROUGH)])
+
+
+def test_a_killed_prolog_is_undone_and_its_job_requeued_by_the_second_run(pool: Pool) -> None:
+    """What the wrapper runs when the prolog died by a signal (``--after-kill``)."""
+    assert pool.hook("prolog", pool.env("910", vgpu=1))[0] == 0  # a neighbour
+    neighbour = pool.instances()
+    env = pool.env("911", vgpu=7)
+    pool.fault("after-create-ci")
+    assert pool.hook("prolog", env)[0] == -9
+    assert len(pool.instances()) == 2
+    rc, _, err = pool.hook("prolog", env, 10, "--after-kill")
+    assert rc == 0, err
+    assert "action=prolog-killed level=warning" in err
+    assert "requeue 911" in pool.calls
+    update = next(c for c in pool.calls if c.startswith("update"))
+    assert "slurmpool: requeued 1x: the prolog was killed half-way" in update
+    assert {a.state for a in _records(pool, "911")} == {RELEASED}
+    assert pool.instances() == neighbour
+
+
+def test_after_kill_is_for_the_prolog_only() -> None:
+    from slurmpool.hooks.__main__ import UsageError, parse_args
+
+    assert parse_args(["prolog", "--after-kill"]).after_kill
+    with pytest.raises(UsageError, match="unexpected argument '--after-kill'"):
+        parse_args(["epilog", "--after-kill"])

@@ -310,7 +310,7 @@ def test_unservable_request_is_held_not_drained(pool: Pool) -> None:
     assert "requeuehold 202" in pool.calls
 
 
-@pytest.mark.parametrize("point", ["after-intent", "after-create", "after-grant"])
+@pytest.mark.parametrize("point", ["before-create-gi", "after-create-gi", "after-create-ci"])
 def test_prolog_killed_at_each_step_is_reconciled(pool: Pool, point: str) -> None:
     # A running neighbour that must survive the cleanup untouched.
     assert pool.hook("prolog", pool.env("300", vgpu=1))[0] == 0
@@ -338,7 +338,7 @@ def test_prolog_killed_at_each_step_is_reconciled(pool: Pool, point: str) -> Non
     assert pool.hook("epilog", pool.env("301"))[0] == 0
 
 
-@pytest.mark.parametrize("point", ["after-releasing", "after-destroy"])
+@pytest.mark.parametrize("point", ["before-destroy-ci", "after-destroy-gi"])
 def test_epilog_killed_half_way_is_finished_by_the_next_run(pool: Pool, point: str) -> None:
     env = pool.env("400", vgpu=2)
     assert pool.hook("prolog", env)[0] == 0

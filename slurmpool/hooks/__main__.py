@@ -1,7 +1,9 @@
 """``python -m slurmpool.hooks HOOK --node-config PATH [--log-file PATH] [--budget-s N]``.
 
 ``--budget-s``: the seconds the wrapper gave this run (its ``timeout``);
-without it, the node config's timeout for the hook.
+without it, the node config's timeout for the hook.  ``--after-kill`` (prolog
+only): the wrapper saw the prolog die by a signal; undo what it began and
+requeue the job.
 
 Exit status: 0 for every expected condition.  A missing or unreadable node
 config is a broken installation: the hook says so and exits 1 (a failing
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 
 USAGE = (
     "usage: python -m slurmpool.hooks {" + "|".join(HOOKS) + "} "
-    "--node-config PATH [--log-file PATH] [--budget-s N]"
+    "--node-config PATH [--log-file PATH] [--budget-s N] [--after-kill]"
 )
 
 
@@ -40,6 +42,7 @@ class HookArgs:
     node_config: str = DEFAULT_NODE_CONFIG
     log_file: str | None = None
     budget_s: float | None = None
+    after_kill: bool = False
 
 
 def parse_args(argv: Sequence[str]) -> HookArgs:
@@ -47,10 +50,13 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
         got = argv[0] if argv else "nothing"
         raise UsageError(f"unknown hook {got!r}; expected one of {', '.join(HOOKS)}")
     values: dict[str, str] = {}
+    after_kill = False
     rest = list(argv[1:])
     while rest:
         opt = rest.pop(0)
-        if opt in ("--node-config", "--log-file", "--budget-s") and rest:
+        if opt == "--after-kill" and argv[0] == "prolog":
+            after_kill = True
+        elif opt in ("--node-config", "--log-file", "--budget-s") and rest:
             values[opt] = rest.pop(0)
         else:
             raise UsageError(f"unexpected argument {opt!r}")
@@ -62,6 +68,7 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
         values.get("--node-config", DEFAULT_NODE_CONFIG),
         values.get("--log-file"),
         float(budget) if budget is not None else None,
+        after_kill,
     )
 
 
@@ -86,7 +93,7 @@ def main(
     except NodeConfigError as e:
         log.event("node-config-error", level="error", job=job.job_id or "-", error=str(e))
         return 1
-    ctx = HookContext(hook, env, job, config, log, args.budget_s)
+    ctx = HookContext(hook, env, job, config, log, args.budget_s, args.after_kill)
     try:
         return HOOKS[hook](ctx)
     except Exception as e:  # a bug must be visible in the log, with the job it hit

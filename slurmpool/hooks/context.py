@@ -47,6 +47,7 @@ class HookContext:
     config: NodeConfig
     log: HookLog
     budget_s: float | None = None  # what the wrapper gave this run (None: the config's)
+    after_kill: bool = False  # a second prolog run, after the first died by a signal
 
     def budget(self) -> float:
         """The seconds this run has, before the margin the hook keeps below it."""

@@ -108,7 +108,7 @@ def prolog(ctx: HookContext) -> int:
             scontrol_json = False  # squeue -O reads the allocation on every version
         return SlurmJobs.from_env(env, scontrol_json=scontrol_json, deadline=deadline)
 
-    return run_prolog(node, job, env, slurm)
+    return run_prolog(node, job, env, slurm, after_kill=ctx.after_kill)
 
 
 def task_prolog(ctx: HookContext) -> int:

@@ -84,7 +84,6 @@ def _release(node: Node, job: Job) -> int:
             store.set_owner(a.id, me.pid, me.start)
     if not mine:
         log.event("nothing-to-release", job=job.job_id, export_file_removed=removed)
-    node.fault("after-releasing")
     stuck: set[int] = set()
     for a in mine:
         try:
@@ -96,7 +95,6 @@ def _release(node: Node, job: Job) -> int:
             log.event("release-stuck", level="error", job=job.job_id, alloc=a.id, error=str(e))
             stuck.add(a.id)
             continue
-        node.fault("after-destroy")
         with store.transaction():
             store.set_owner(a.id, None, None)
             store.set_state(a.id, RELEASED, note=result.detail)

@@ -7,7 +7,6 @@ CPU-only job) pays for neither.
 from __future__ import annotations
 
 import os
-import signal
 
 from slurmpool.gpu.backend import InvalidRequestError
 from slurmpool.modes import GpuMode
@@ -40,9 +39,6 @@ if TYPE_CHECKING:
             level: str = "info",
             **more: object,
         ) -> str: ...
-
-
-FAULTS_DIR = "faults"
 
 
 class Broken(RuntimeError):
@@ -167,15 +163,6 @@ class Node:
             f"GPU {gpu.index} (/dev/nvidia{gpu.minor}, {gpu.model}) is not visible to NVML: "
             "lost or fallen off the bus"
         )
-
-    def fault(self, point: str) -> None:
-        """Crash-test seam: SIGKILL this hook at ``point`` when ``<state_dir>/faults/<point>``
-        exists (one-shot: the file is removed first).  Only root can create it."""
-        try:
-            os.unlink(os.path.join(self.state_dir, FAULTS_DIR, point))
-        except OSError:
-            return
-        os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
         if self._backend is not None:

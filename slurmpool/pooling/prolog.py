@@ -32,7 +32,7 @@ from slurmpool.pooling.exports import exports
 from slurmpool.pooling.mig import MigGpu, occupancy, plan_instances
 from slurmpool.pooling.node import Broken
 from slurmpool.pooling.procs import stop_processes
-from slurmpool.pooling.reconcile import claim, settle
+from slurmpool.pooling.reconcile import claim, reconcile, settle
 from slurmpool.pooling.release import ReleaseError, kill_grace, undo
 from slurmpool.pooling.request import (
     RequestError,
@@ -95,9 +95,17 @@ class _Request:
     source: str
 
 
-def run_prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -> int:
-    """The prolog; returns its exit status.  ``slurm()`` gives the Slurm access when needed."""
+def run_prolog(
+    node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory, after_kill: bool = False
+) -> int:
+    """The prolog; returns its exit status.  ``slurm()`` gives the Slurm access when needed.
+
+    ``after_kill``: an earlier run for this job died by a signal (the wrapper saw it);
+    give back whatever it began and requeue the job.
+    """
     try:
+        if after_kill:
+            return _after_kill(node, job, slurm)
         return _prolog(node, job, env, slurm)
     except StoreBusy as e:
         # Whatever this run began stays owned by it: once it exits, reconcile undoes it.
@@ -194,6 +202,14 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
         raise
     _write_exports(node, job)
     return 0
+
+
+def _after_kill(node: Node, job: Job, slurm: SlurmFactory) -> int:
+    node.log.event("prolog-killed", level="warning", job=job.job_id, user=job.user)
+    for line in reconcile(node):  # the dead run's intents: their owner is gone
+        node.log.event("reconciled", job=job.job_id, detail=line)
+    _undo_job(node, job, "prolog killed half-way")  # and what it had made active
+    return _requeue(node, job, slurm, "the prolog was killed half-way", False)
 
 
 def _requeue(node: Node, job: Job, slurm: SlurmFactory, reason: str, hold: bool) -> int:
@@ -304,7 +320,6 @@ def _mig(node: Node, job: Job, count: int) -> None:
                 )
             )
             planned.append((aid, m, profile, choice))
-    node.fault("after-intent")
     for aid, m, profile, choice in planned:
         inst = backend.create_instance(index_of[m.index], profile, choice.placement)
         node.log.event(
@@ -317,7 +332,6 @@ def _mig(node: Node, job: Job, count: int) -> None:
             ci=inst.ci_id,
             uuid=inst.uuid,
         )
-        node.fault("after-create")
         if inst.uuid is None or inst.gi_minor is None or inst.ci_minor is None:
             raise Broken(
                 f"GPU {m.index}: instance gi{inst.gi_id} has no MIG UUID or capability minors "
@@ -328,7 +342,6 @@ def _mig(node: Node, job: Job, count: int) -> None:
         node.log.event(
             "caps-granted", job=job.job_id, uid=job.uid, minors=",".join(map(str, minors))
         )
-        node.fault("after-grant")
         with store.transaction():
             store.mark_active(aid, inst.gi_id, inst.ci_id, inst.uuid, minors)
             store.set_owner(aid, None, None)

@@ -51,7 +51,7 @@ def requeue_job(
     except StoreBusy as e:
         log.event("requeue-uncounted", level="warning", job=job.job_id, error=clean(str(e)))
     times = f" {count}x" if count is not None else ""
-    note = f"requeued{times} on {'hold' if hold else 'no room'}: {why}"
+    note = f"requeued{times}{' and held' if hold else ''}: {why}"
     if existing_comment is None:
         log.event("admin-comment-unknown", level="warning", job=job.job_id, note=note)
     else:

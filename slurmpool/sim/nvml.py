@@ -64,6 +64,7 @@ from contextlib import contextmanager  # pynvml imports it anyway
 
 from slurmpool.catalogue import ComputeInstanceProfile, PartialCatalogue
 from slurmpool.driver.pynvml_import import preload_pynvml
+from slurmpool.sim.faults import strike
 from slurmpool.sim.state import (
     IMMEDIATE_MIG_MODE,
     SimError,
@@ -717,12 +718,16 @@ class SimNvml:
     def nvmlDeviceCreateGpuInstanceWithPlacement(
         self, handle: Any, profileId: int, placement: Any
     ) -> Any:
+        name = "nvmlDeviceCreateGpuInstanceWithPlacement"
+        strike(self.state_dir, "before", name)
         pl = _deref(placement)
         try:
             start, size = int(pl.start), int(pl.size)
         except (AttributeError, TypeError):
             raise _fail(pynvml.NVML_ERROR_INVALID_ARGUMENT) from None
-        return self._create_gi(handle, profileId, (start, size))
+        gi = self._create_gi(handle, profileId, (start, size))
+        strike(self.state_dir, "after", name)
+        return gi
 
     def nvmlDeviceCreateGpuInstance(self, handle: Any, profileId: int) -> Any:
         return self._create_gi(handle, profileId, None)
@@ -767,6 +772,7 @@ class SimNvml:
                 raise _fail(pynvml.NVML_ERROR_IN_USE)
             fold(gpu, time.time())
             gpu["gis"] = [g for g in gpu["gis"] if g["serial"] != gi["serial"]]
+        strike(self.state_dir, "after", "nvmlGpuInstanceDestroy")
         return int(pynvml.NVML_SUCCESS)
 
     # -- compute instances ---------------------------------------------------------
@@ -828,6 +834,7 @@ class SimNvml:
                     "uuid": "MIG-" + _uuid5(gpu["uuid"][4:], f"{gi['id']}/{ci_id}/{serial}"),
                 }
             )
+        strike(self.state_dir, "after", "nvmlGpuInstanceCreateComputeInstance")
         return _handle(_CI, serial, pynvml.c_nvmlComputeInstance_t)
 
     def nvmlGpuInstanceGetComputeInstances(
@@ -872,6 +879,7 @@ class SimNvml:
     nvmlComputeInstanceGetInfo_v2 = nvmlComputeInstanceGetInfo
 
     def nvmlComputeInstanceDestroy(self, computeInstance: Any) -> int:
+        strike(self.state_dir, "before", "nvmlComputeInstanceDestroy")
         _gpu, _gi, ci = self._ci_handle_arg(self._state(), computeInstance)
         with self._admin() as st:
             gpu, gi, ci = self._find_ci(st, ci["serial"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slurmpool.gpu.select import open_backend
+from slurmpool.sim.faults import FAULTS_DIR
 from slurmpool.slurm.parse import parse_nodes
 
 from .polling import poll
@@ -58,7 +59,7 @@ def _queue(cluster: Cluster, states: str | None = None) -> list[str]:
 
 def _remove_faults(cluster: Cluster, found: Leftovers) -> None:
     for node in cluster.state.nodes:
-        faults = cluster.sandbox.layout.host_dir(node) / "state" / "faults"
+        faults = cluster.sandbox.layout.host_dir(node) / "sim" / FAULTS_DIR
         for path in sorted(faults.glob("*")) if faults.is_dir() else []:
             found.faults.append(f"{node}:{path.name}")
             path.unlink()

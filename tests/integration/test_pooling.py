@@ -17,6 +17,7 @@ from typing import Any
 
 import needs
 
+from slurmpool.sim.faults import plant
 from slurmpool.slurm.parse import parse_jobs, parse_nodes
 
 from .conftest import Cluster
@@ -320,7 +321,13 @@ def _run_hook(cluster: Cluster, node: str, hook: str, env: dict[str, str]) -> An
     )
 
 
-def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluster) -> None:
+def test_a_prolog_killed_half_way_is_undone_and_the_job_runs_after_requeue(
+    cluster: Cluster,
+) -> None:
+    """The simulated driver kills the prolog right after creating the job's instance
+    (a crash test point the hooks never consult).  The wrapper sees the prolog die by a
+    signal and runs it again to undo and requeue; the job then runs on a whole
+    allocation, a running neighbour keeps its instance, and the node is not drained."""
     node = "sbx1"
     wait_empty(cluster, node)
     alice_out = cluster.workdir / "bystander.out"
@@ -332,90 +339,49 @@ def test_prolog_killed_after_creating_the_instance_is_reconciled(cluster: Cluste
         f"echo $CUDA_VISIBLE_DEVICES; {workload(0)}",
         user="sp-alice",
     )
-    later: int | None = None
+    job: int | None = None
     try:
         theirs = poll("the bystander's device", lambda: first_line(alice_out), 30)
-        # A prolog as slurmd runs it (env only), told by a root-only fault file to
-        # SIGKILL itself right after creating the instance.  The job is a ghost that
-        # slurmctld never had: stand-ins first on the hook's PATH answer the prolog's one
-        # allocation read with vgpu:2 on this node, as slurmctld would: squeue's line
-        # (22.05) or `scontrol show job --json`'s record (23.02+; any other scontrol
-        # call goes to the real one).
-        fault = cluster.sandbox.layout.host_dir(node) / "state" / "faults" / "after-create"
-        fault.parent.mkdir(exist_ok=True)
-        fault.touch()
-        ghost = "990001"
-        ghost_bin = cluster.workdir / "ghost-bin"
-        ghost_bin.mkdir(exist_ok=True)
-        (ghost_bin / "squeue").write_text(
-            f"#!/bin/sh\necho '{ghost}|{node}|gres:vgpu:2|cpu=1,node=1,gres/vgpu=2|'\n"
+        plant(cluster.sandbox.layout.host_dir(node) / "sim", "after-create-ci")
+        out = cluster.workdir / "killed.out"
+        job = submit_on(
+            cluster,
+            node,
+            "--gres=vgpu:2",
+            out,
+            f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(1)}",
+            user="sp-bob",
         )
-        (ghost_bin / "squeue").chmod(0o755)
-        record = {
-            "jobs": [
-                {
-                    "job_id": int(ghost),
-                    "nodes": node,
-                    "tres_per_node": "gres/vgpu:2",
-                    "tres_alloc_str": "cpu=1,node=1,gres/vgpu=2",
-                    "gres_detail": ["vgpu(CNT:2)"],
-                    "job_resources": {"nodes": {"allocation": [{"index": 0, "name": node}]}},
-                }
-            ],
-            "errors": [],
-        }
-        real_scontrol = cluster.slurm.which("scontrol")
-        (ghost_bin / "scontrol").write_text(
-            f'#!/bin/sh\nif [ "$*" = "show job --json {ghost}" ]; then\n'
-            f"cat <<'EOF'\n{json.dumps(record)}\nEOF\nelse exec {real_scontrol} \"$@\"; fi\n"
-        )
-        (ghost_bin / "scontrol").chmod(0o755)
+        assert cluster.wait(job, REQUEUE_WAIT_S) == "COMPLETED"
+        info = job_info(cluster, job)
+        assert info.restarts == 1
+        assert info.admin_comment is not None
+        assert "slurmpool: requeued 1x: the prolog was killed half-way" in info.admin_comment
+        uuid, profile = first_line(out).split()
+        assert profile == "2g.20gb" and uuid.startswith("MIG-")
+        assert "running: pid" in out.read_text()
+        lines = hook_lines(cluster, node, job)
+        assert any("action=prolog-killed " in line for line in lines)
+        assert any("action=requeue " in line for line in lines)
+        assert "DRAIN" not in node_info(cluster, node).flags
+        assert theirs in by_uuid(cluster, node)  # the neighbour's instance, untouched
+        assert not [i for i in instances(cluster, node) if i["profile"] == "2g.20gb"]
+        # The job's epilog again, twice: no error, no change.
         env = {
-            "PATH": f"{ghost_bin}:/usr/sbin:/usr/bin:/sbin:/bin",
-            "SLURM_JOB_ID": ghost,
-            "SLURM_JOB_UID": str(pwd.getpwnam("sp-alice").pw_uid),
-            "SLURM_JOB_USER": "sp-alice",
-            "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+            "SLURM_JOB_ID": str(job),
+            "SLURM_JOB_UID": str(pwd.getpwnam("sp-bob").pw_uid),
+            "SLURM_JOB_USER": "sp-bob",
+            "SLURM_SCRIPT_CONTEXT": "epilog_slurmd",
         }
-        res = _run_hook(cluster, node, "prolog", env)
-        assert res.returncode != 0, res.stdout + res.stderr  # killed
-        leaked = [i for i in instances(cluster, node) if i["profile"] == "2g.20gb"]
-        assert len(leaked) == 1  # created, never recorded active
-        # The next hook run (a real job's prolog) reconciles it away.
-        later_out = cluster.workdir / "later.out"
-        later = submit_on(
-            cluster, node, "--gres=vgpu:1", later_out, "echo $CUDA_VISIBLE_DEVICES", user="sp-bob"
-        )
-        assert cluster.wait(later, 60) == "COMPLETED"
-        held = by_uuid(cluster, node)
-        assert not [i for i in held.values() if i["profile"] == "2g.20gb"]
-        assert theirs in held  # the running job's instance was not touched
-        assert any("action=reconcile " in line for line in hook_lines(cluster, node, ghost))
-        # The ghost job's epilog, twice: no error, no change.
         snapshot = instances(cluster, node)
         for _ in range(2):
-            res = _run_hook(
-                cluster, node, "epilog", {**env, "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}
-            )
+            res = _run_hook(cluster, node, "epilog", env)
             assert res.returncode == 0, res.stdout + res.stderr
             assert instances(cluster, node) == snapshot
     finally:
-        cancel(cluster, [bystander, *([later] if later else [])])
+        cancel(cluster, [bystander, *([job] if job else [])])
     cluster.wait(bystander, 60)
     wait_empty(cluster, node)
-    # A real job's epilog run again afterwards changes nothing either.
-    res = _run_hook(
-        cluster,
-        node,
-        "epilog",
-        {
-            "SLURM_JOB_ID": str(bystander),
-            "SLURM_JOB_UID": str(pwd.getpwnam("sp-alice").pw_uid),
-            "SLURM_JOB_USER": "sp-alice",
-        },
-    )
-    assert res.returncode == 0
-    assert "action=nothing-to-release" in res.stderr
     assert "DRAIN" not in node_info(cluster, node).flags
 
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
+from slurmpool.sim.faults import plant
 
 from .conftest import Cluster
 from .hygiene import restore
 
 
 def test_restore_finds_and_undoes_every_kind_of_leftover(cluster: Cluster) -> None:
-    fault = cluster.sandbox.layout.host_dir("sbx1") / "state" / "faults" / "after-create"
-    fault.parent.mkdir(exist_ok=True)
-    fault.touch()
+    fault = Path(plant(cluster.sandbox.layout.host_dir("sbx1") / "sim", "after-create-ci"))
     held = cluster.submit("--hold", "-w", "sbx1", "--wrap", "true", user="sp-alice")
     running = cluster.submit("-w", "sbx1", "--wrap", "sleep 600", user="sp-bob")
     with open_backend(f"sim:{cluster.sandbox.layout.host_dir('sbx2') / 'sim'}") as backend:
@@ -21,10 +22,10 @@ def test_restore_finds_and_undoes_every_kind_of_leftover(cluster: Cluster) -> No
 
     found = restore(cluster)
 
-    assert found.faults == ["sbx1:after-create"] and not fault.exists()
+    assert found.faults == [f"sbx1:{fault.name}"] and not fault.exists()
     assert {line.split("|")[0] for line in found.jobs} == {str(held), str(running)}
     assert found.instances == [f"sbx2 GPU 0 GI {leaked.gi_id} (1g.10gb)"]
     assert len(found.drained) == 1 and found.drained[0].startswith("sbx2 ")
-    assert "hygiene" in found.describe() and "after-create" in found.describe()
+    assert "hygiene" in found.describe() and fault.name in found.describe()
     assert cluster.wait(held) == "CANCELLED" and cluster.wait(running) == "CANCELLED"
     assert not restore(cluster)  # nothing left: the next test finds the sandbox as new

@@ -22,11 +22,12 @@ from slurmpool.configgen.nodeconfig import load_node_config
 from slurmpool.gpu.nvml import NvmlBackend
 from slurmpool.gpu.select import open_backend
 from slurmpool.hostlist import expand
+from slurmpool.modes import GpuMode
 from slurmpool.pooling.deadline import Deadline
 from slurmpool.pooling.node import Job, Node
 from slurmpool.sim.faults import plant
 from slurmpool.sim.node import create_node
-from slurmpool.state.store import NodeStore, open_node_store
+from slurmpool.state.store import Allocation, NodeStore, open_node_store
 
 A100 = "A100-SXM4-80GB"
 A100_PROFILES = {
@@ -307,3 +308,31 @@ def make_pool(
 
 def job(job_id: str = "100", uid: int = 1000, user: str = "alice") -> Job:
     return Job(job_id, uid, user)
+
+
+def allocation(**kw: object) -> Allocation:
+    """An allocation record for pure tests: an active one-share record unless ``kw`` says."""
+    base = dict(
+        id=1,
+        job_id="1",
+        user="u",
+        uid=1000,
+        mode=GpuMode.SHARED,
+        gpu_index=0,
+        gpu_uuid="GPU-a",
+        profile=None,
+        placement_start=None,
+        placement_size=None,
+        shares=1,
+        gi_id=None,
+        ci_id=None,
+        mig_uuid=None,
+        cap_minors=(),
+        state="active",
+        created_at=0.0,
+        updated_at=0.0,
+        released_at=None,
+        note="",
+    )
+    base.update(kw)
+    return Allocation(**base)  # type: ignore[arg-type]

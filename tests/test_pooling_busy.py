@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from pooling_env import NODE, ListLog, Pool, make_pool
+from pooling_env import NODE, ListLog, Pool, allocation, make_pool
 
 from slurmpool.modes import GpuMode
 from slurmpool.pooling import caps, ended, owner
@@ -154,29 +154,7 @@ def test_a_requeued_run_first_gives_back_what_its_last_run_owed(pool: Pool) -> N
 
 
 def _alloc(id: int, job: str, state: str, **details: object) -> Allocation:
-    return Allocation(
-        id=id,
-        job_id=job,
-        user="alice",
-        uid=1000,
-        mode=GpuMode.SHARED,
-        gpu_index=0,
-        gpu_uuid="GPU-0",
-        profile=None,
-        placement_start=None,
-        placement_size=None,
-        shares=1,
-        state=state,
-        gi_id=None,
-        ci_id=None,
-        mig_uuid=None,
-        cap_minors=(),
-        created_at=0.0,
-        updated_at=0.0,
-        released_at=None,
-        note="",
-        details=dict(details),
-    )
+    return allocation(id=id, job_id=job, state=state, details=dict(details))
 
 
 def test_plan_finishes_dead_hooks_and_ended_jobs_and_waits_out_retries() -> None:

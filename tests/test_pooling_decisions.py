@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pooling_env import allocation
 
 from slurmpool import records
 from slurmpool.catalogue import Catalogue
@@ -27,7 +28,6 @@ from slurmpool.pooling.request import (
 )
 from slurmpool.pooling.requeue import clean
 from slurmpool.pooling.shared import SharedGpu, choose, mps_env
-from slurmpool.state.store import Allocation
 
 A100 = "A100-SXM4-80GB"
 TABLE = {
@@ -168,39 +168,12 @@ def test_plan_fragmented_4g_has_no_room(catalogue: Catalogue) -> None:
     assert plan_instances(gpus, ["2g"]) is not None
 
 
-def _alloc(**kw: object) -> Allocation:
-    base = dict(
-        id=1,
-        job_id="1",
-        user="u",
-        uid=1000,
-        mode=GpuMode.SHARED,
-        gpu_index=0,
-        gpu_uuid="GPU-a",
-        profile=None,
-        placement_start=None,
-        placement_size=None,
-        shares=1,
-        gi_id=None,
-        ci_id=None,
-        mig_uuid=None,
-        cap_minors=(),
-        state="active",
-        created_at=0.0,
-        updated_at=0.0,
-        released_at=None,
-        note="",
-    )
-    base.update(kw)
-    return Allocation(**base)  # type: ignore[arg-type]
-
-
 def test_shared_picks_the_gpu_with_most_free_shares() -> None:
     gpus = [SharedGpu(i, f"GPU-{i}", 4, True, 48000) for i in range(3)]
-    used = [_alloc(gpu_index=0, shares=1), _alloc(gpu_index=1, shares=3)]
+    used = [allocation(gpu_index=0, shares=1), allocation(gpu_index=1, shares=3)]
     (pick,) = choose(gpus, used, (2,)) or []
     assert (pick[0].index, pick[1]) == (2, 2)
-    used.append(_alloc(gpu_index=2, shares=2))
+    used.append(allocation(gpu_index=2, shares=2))
     (pick,) = choose(gpus, used, (3,)) or []
     assert pick[0].index == 0  # 3 free on GPU 0, 1 on GPU 1, 2 on GPU 2
     assert choose(gpus, used, (4,)) is None
@@ -220,14 +193,14 @@ def test_mps_env_is_proportional() -> None:
 
 
 def test_exports_per_mode() -> None:
-    mig = _alloc(mode=GpuMode.MIG, profile="2g.20gb", mig_uuid="MIG-x", shares=None)
+    mig = allocation(mode=GpuMode.MIG, profile="2g.20gb", mig_uuid="MIG-x", shares=None)
     assert exports([mig]) == [
         "export CUDA_VISIBLE_DEVICES=MIG-x",
         "export SLURMPOOL_GPU_UUID=GPU-a",
         "export SLURMPOOL_MODE=mig",
         "export SLURMPOOL_PROFILE=2g.20gb",
     ]
-    share = _alloc(shares=1, details={"total_shares": 4, "mps": True, "memory_mib": 48000})
+    share = allocation(shares=1, details={"total_shares": 4, "mps": True, "memory_mib": 48000})
     lines = exports([share])
     assert "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in lines
     assert "export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=12000M" in lines
@@ -237,7 +210,7 @@ def test_exports_per_mode() -> None:
 
 
 def test_a_simulated_node_tells_its_jobs_where_its_gpus_are() -> None:
-    mig = _alloc(mode=GpuMode.MIG, profile="1g.10gb", mig_uuid="MIG-y", shares=None)
+    mig = allocation(mode=GpuMode.MIG, profile="1g.10gb", mig_uuid="MIG-y", shares=None)
     lines = exports([mig], sim_state_dir("sim:/srv/node/sim"))
     assert lines[-1] == "export SLURMPOOL_SIM_STATE=/srv/node/sim"
     assert exports([], "/srv/node/sim") == []  # a job without GPUs gets nothing

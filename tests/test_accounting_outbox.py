@@ -168,3 +168,38 @@ def test_a_path_without_an_outbox_is_refused_not_created(tmp_path: Path, command
     assert "slurmpool sandbox exec NODE" in res.output
     assert not db.exists()  # nothing created, no "outbox empty" claimed
     assert "outbox empty" not in res.output
+
+
+def test_two_runs_of_a_requeued_job_on_one_node_are_two_summaries(tmp_path: Path) -> None:
+    """Run 1 on the node while run 0's summary still waits (slurmdbd down): neither
+    replaces the other, in the outbox or in the job's AdminComment."""
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42")
+    first, second = {**PART, "run": 0}, {**PART, "run": 1, "user": "alice"}
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
+        outbox.put(store, "42", "sbx1", "pool", first, now=1.0)
+        outbox.put(store, "42", "sbx1", "pool", second, now=2.0)
+        outbox.put(store, "42", "sbx1", "pool", second, now=3.0)  # its epilog again
+        assert [(i.run, i.part) for i in outbox.pending(store)] == [(0, first), (1, second)]
+        assert all(r.stored for r in push_pending(store, _runner(fake)))
+        assert outbox.count(store) == 0
+    doc = codec.decode(fake.jobs()["42"])
+    assert doc["nodes"] == {"sbx1": first, "sbx1@1": second}
+
+
+def test_an_outbox_from_before_runs_is_migrated_with_its_rows(tmp_path: Path) -> None:
+    from slurmpool.state.db import Component, StateDB
+
+    path = tmp_path / "n.sqlite"
+    old = Component(OUTBOX.name, OUTBOX.migrations[:1])
+    with StateDB(path, (old,)) as db, db.transaction() as conn:
+        conn.execute(
+            "INSERT INTO accounting_outbox (job_id, node, cluster, part, created_at, "
+            "next_attempt_at) VALUES ('7', 'sbx1', 'pool', '{\"run\": 2}', 1, 1)"
+        )
+    with NodeStore(path, (OUTBOX,)) as store:
+        assert store.schema_version(OUTBOX.name) == OUTBOX.version == 2
+        (item,) = outbox.pending(store)
+        assert (item.job_id, item.node, item.run, item.part) == ("7", "sbx1", 0, {"run": 2})
+        outbox.put(store, "7", "sbx1", "pool", {"run": 3})
+        assert outbox.count(store) == 2

@@ -8,9 +8,12 @@ from slurmpool.accounting import outbox
 from slurmpool.accounting.enqueue import build_job_summary, enqueue_job_summary
 from slurmpool.accounting.outbox import OUTBOX
 from slurmpool.accounting.summary import (
+    contains,
     devices,
     fmt_util,
+    index_of,
     merge,
+    parse_index,
     timeline,
     unpack_series,
     weighted_util,
@@ -166,6 +169,18 @@ def test_merge_replaces_a_nodes_part_never_duplicates() -> None:
     assert sorted(c["nodes"]) == ["n1", "n2"] and c["nodes"]["n1"]["x"] == 1
     other_job = merge({"v": 1, "job": "4", "nodes": {"n9": {}}}, "5", "pool", "n1", {})
     assert list(other_job["nodes"]) == ["n1"]
+
+
+def test_each_run_of_a_requeued_job_is_its_own_part_named_by_its_node() -> None:
+    mig = {"gpu": 0, "kind": "mig", "model": "A100", "profile": "1g.10gb", "slices": 1, "of": 7}
+    run0 = {"run": 0, "devices": [{**mig, "util_mean": 10.0}]}
+    run1 = {"run": 1, "devices": [{**mig, "util_mean": 30.0}]}
+    doc = merge(merge(None, "5", "pool", "n1", run0), "5", "pool", "n1", run1)
+    assert doc["nodes"] == {"n1": run0, "n1@1": run1}
+    assert contains(doc, "n1", run0) and contains(doc, "n1", run1)
+    assert not contains(merge(None, "5", "pool", "n1", run0), "n1", run1)
+    assert [(u.node, u.util_mean) for u in devices(doc)] == [("n1", 10.0), ("n1", 30.0)]
+    assert [e[0] for e in parse_index(index_of(doc))] == ["n1", "n1"]
 
 
 def test_slice_weighted_util() -> None:

@@ -4,8 +4,10 @@ The epilog puts each job's summary (this node's part) here in the same
 SQLite database as the allocations, so a summary survives a crash, a
 slurmd or monitord restart and a dead slurmdbd.  A summary leaves the
 outbox only after ``sacct`` shows it stored (:mod:`.push`).  One row per
-job and node: enqueueing again replaces the row (a rerun epilog or a
-requeued job's later run), so nothing is ever pushed twice as two entries.
+job, node and run (the job's restart count): enqueueing again replaces the
+row (a rerun epilog), so nothing is ever pushed twice as two entries, and a
+requeued job's later run on the same node never replaces an earlier run's
+summary that is still waiting.
 
 Standard library only: the epilog writes here.
 """
@@ -43,6 +45,31 @@ OUTBOX = Component(
         );
         CREATE INDEX accounting_outbox_due ON accounting_outbox (next_attempt_at);
         """,
+        # 2: one row per job, node and run (a table rebuild: SQLite cannot change a
+        # UNIQUE constraint in place).  Rows from before were each a job's only row on
+        # the node, so run 0 keeps them apart; pushing reads the run from the part.
+        """
+        CREATE TABLE accounting_outbox_2 (
+            id              INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id          TEXT    NOT NULL,
+            node            TEXT    NOT NULL,
+            run             INTEGER NOT NULL DEFAULT 0,
+            cluster         TEXT,
+            part            TEXT    NOT NULL,
+            created_at      REAL    NOT NULL,
+            attempts        INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at REAL    NOT NULL,
+            last_error      TEXT    NOT NULL DEFAULT '',
+            UNIQUE (job_id, node, run)
+        );
+        INSERT INTO accounting_outbox_2 (id, job_id, node, run, cluster, part, created_at,
+            attempts, next_attempt_at, last_error)
+            SELECT id, job_id, node, 0, cluster, part, created_at, attempts,
+                next_attempt_at, last_error FROM accounting_outbox;
+        DROP TABLE accounting_outbox;
+        ALTER TABLE accounting_outbox_2 RENAME TO accounting_outbox;
+        CREATE INDEX accounting_outbox_due ON accounting_outbox (next_attempt_at);
+        """,
     ),
 )
 
@@ -54,6 +81,7 @@ class Pending:
     id: int
     job_id: str
     node: str
+    run: int
     cluster: str | None
     part: dict[str, Any]
     created_at: float
@@ -70,17 +98,19 @@ def put(
     part: dict[str, Any],
     now: float | None = None,
 ) -> None:
-    """Put (or replace) this node's part of ``job_id``'s summary; due at once."""
+    """Put (or replace) this node's part of ``job_id``'s summary for the run the part
+    names; due at once."""
     t = time.time() if now is None else now
     text = json.dumps(part, separators=(",", ":"), sort_keys=True)
+    run = part.get("run", 0)
     with store.transaction() as conn:
         conn.execute(
-            """INSERT INTO accounting_outbox (job_id, node, cluster, part, created_at,
-                   next_attempt_at) VALUES (?, ?, ?, ?, ?, ?)
-               ON CONFLICT (job_id, node) DO UPDATE SET cluster = excluded.cluster,
+            """INSERT INTO accounting_outbox (job_id, node, run, cluster, part, created_at,
+                   next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (job_id, node, run) DO UPDATE SET cluster = excluded.cluster,
                    part = excluded.part, created_at = excluded.created_at, attempts = 0,
                    next_attempt_at = excluded.next_attempt_at, last_error = ''""",
-            (job_id, node, cluster, text, t, t),
+            (job_id, node, run if isinstance(run, int) else 0, cluster, text, t, t),
         )
 
 
@@ -89,6 +119,7 @@ def _pending(row: Any) -> Pending:
         id=row["id"],
         job_id=row["job_id"],
         node=row["node"],
+        run=row["run"],
         cluster=row["cluster"],
         part=json.loads(row["part"]),
         created_at=row["created_at"],

@@ -2,9 +2,11 @@
 
 The document stored in AdminComment covers every node of the job::
 
-    {"v": 1, "job": "42", "cluster": "pool", "nodes": {"sbx1": NODE, ...}}
+    {"v": 1, "job": "42", "cluster": "pool", "nodes": {"sbx1": NODE, "sbx1@1": NODE, ...}}
 
-and one node's part (``NODE``) is::
+keyed by node and run (:func:`part_key`: the node's name for a job's first
+run, ``node@N`` for its run N after N requeues, as a requeued job may run on
+one node more than once), and one node's part of one run (``NODE``) is::
 
     {"user": "alice", "run": 0, "start": T, "end": T,
      "request": {"vgpu": 2, "gpu": null},
@@ -21,8 +23,8 @@ Timelines are packed strings (two hex digits per step, ``--`` for none),
 which keeps the summary small and fast to decode in a report over a
 million jobs.  ``util_mean``/``util_max`` are null where the hardware reports no
 utilisation (MIG on Ampere): "not available", never zero.  Merging node
-parts (:func:`merge`) replaces a node's part, so pushing the same summary
-twice never duplicates anything.
+parts (:func:`merge`) replaces the part of that node and run, so pushing the
+same summary twice never duplicates anything, and no run replaces another.
 """
 
 from __future__ import annotations
@@ -185,6 +187,22 @@ def node_summary(
     }
 
 
+def part_key(node: str, run: int) -> str:
+    """The key of one node's part of one run in a job document: the node's name for
+    the first run (as in every document before runs were told apart), ``node@N`` after."""
+    return node if run == 0 else f"{node}@{run}"
+
+
+def node_of(key: str) -> str:
+    """The node a document key names (Slurm node names hold no ``@``)."""
+    return key.partition("@")[0]
+
+
+def _run_of(part: Mapping[str, Any]) -> int:
+    run = part.get("run", 0)
+    return run if isinstance(run, int) and run >= 0 else 0
+
+
 def job_document(job_id: str, cluster: str | None, nodes: Mapping[str, Any]) -> dict[str, Any]:
     return {"v": SUMMARY_VERSION, "job": job_id, "cluster": cluster, "nodes": dict(nodes)}
 
@@ -196,7 +214,8 @@ def merge(
     node: str,
     part: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """``existing`` (a decoded AdminComment, or None) with ``node``'s part set to ``part``.
+    """``existing`` (a decoded AdminComment, or None) with ``node``'s part of the run
+    ``part`` names set to ``part``.
 
     Another job's summary, or an unknown version, is replaced rather than merged.
     """
@@ -208,14 +227,15 @@ def merge(
         and isinstance(existing.get("nodes"), dict)
     ):
         nodes.update(existing["nodes"])
-    nodes[node] = dict(part)
+    nodes[part_key(node, _run_of(part))] = dict(part)
     return job_document(job_id, cluster, nodes)
 
 
 def contains(document: Mapping[str, Any], node: str, part: Mapping[str, Any]) -> bool:
-    """True when ``document`` holds exactly ``part`` for ``node`` (the push verification)."""
+    """True when ``document`` holds exactly ``part`` for ``node`` and the part's run
+    (the push verification)."""
     nodes = document.get("nodes")
-    return isinstance(nodes, dict) and nodes.get(node) == dict(part)
+    return isinstance(nodes, dict) and nodes.get(part_key(node, _run_of(part))) == dict(part)
 
 
 # -- reading a summary back ----------------------------------------------------------
@@ -258,7 +278,8 @@ def devices(document: Mapping[str, Any]) -> list[DeviceUse]:
     nodes = document.get("nodes")
     if not isinstance(nodes, dict):
         return out
-    for node, part in sorted(nodes.items()):
+    for key, part in sorted(nodes.items()):
+        node = node_of(str(key))
         shares = {c.get("gpu"): c.get("shares") for c in part.get("carved", ()) if c.get("shares")}
         for d in part.get("devices", ()):
             slices, of = d.get("slices"), d.get("of")
@@ -270,7 +291,7 @@ def devices(document: Mapping[str, Any]) -> list[DeviceUse]:
                 weight = 1.0
             out.append(
                 DeviceUse(
-                    node=str(node),
+                    node=node,
                     gpu=int(d.get("gpu", 0)),
                     gi=d.get("gi"),
                     kind=str(d.get("kind", "gpu")),
@@ -327,12 +348,12 @@ def index_of(document: Mapping[str, Any]) -> str:
     """The report index of a job document (see above)."""
     entries = []
     nodes = document.get("nodes") or {}
-    for node, part in sorted(nodes.items()):
+    for key, part in sorted(nodes.items()):
         shares = _share_fractions(part)
         for d in part.get("devices", ()):
             util = d.get("util_mean")
             fields = (
-                str(node),
+                node_of(str(key)),
                 str(d.get("gpu", "-")),
                 str(d.get("kind") or "-"),
                 str(d.get("model") or "-"),

@@ -86,6 +86,7 @@ def status(node_config: Path, node: str, state_db: Path | None, as_json: bool) -
                 {
                     "job": i.job_id,
                     "node": i.node,
+                    "run": i.run,
                     "attempts": i.attempts,
                     "age_s": round(now - i.created_at, 1),
                     "next_attempt_in_s": round(max(0.0, i.next_attempt_at - now), 1),
@@ -100,7 +101,8 @@ def status(node_config: Path, node: str, state_db: Path | None, as_json: bool) -
         return
     for i in items:
         click.echo(
-            f"job {i.job_id} ({i.node}): {i.attempts} attempts, next in "
+            f"job {i.job_id} ({i.node}{f', run {i.run}' if i.run else ''}): "
+            f"{i.attempts} attempts, next in "
             f"{max(0.0, i.next_attempt_at - now):.0f} s; {i.last_error or 'not tried yet'}"
         )
 

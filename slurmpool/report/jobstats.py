@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmpool.accounting.summary import DeviceUse, devices, fmt_util, unpack_series
+from slurmpool.accounting.summary import DeviceUse, devices, fmt_util, node_of, unpack_series
 from slurmpool.catalogue import Catalogue
 from slurmpool.modes import DeviceKind
 
@@ -164,8 +164,8 @@ def build_view(
     """The view of one job from its sacct ``fields`` and decoded summary ``document``."""
     uses = devices(document) if document else []
     carved: list[dict[str, Any]] = []
-    for _node, part in sorted(((document or {}).get("nodes") or {}).items()):
-        carved.extend({"node": _node, **c} for c in part.get("carved", ()))
+    for key, part in sorted(((document or {}).get("nodes") or {}).items()):
+        carved.extend({"node": node_of(str(key)), **c} for c in part.get("carved", ()))
     req, alloc = fields.get("ReqTRES", ""), fields.get("AllocTRES", "")
     suggestions = []
     for u in uses:

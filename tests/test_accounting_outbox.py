@@ -10,9 +10,17 @@ import pytest
 from click.testing import CliRunner
 from fake_slurmdbd import FakeDbd
 
-from slurmpool.accounting import codec, outbox
+from slurmpool.accounting import codec, outbox, summary
 from slurmpool.accounting.outbox import OUTBOX
-from slurmpool.accounting.push import Backoff, push_pending
+from slurmpool.accounting.push import (
+    REWRITTEN,
+    SETTLE_S,
+    SETTLED,
+    WAITING,
+    WRITTEN,
+    Backoff,
+    push_pending,
+)
 from slurmpool.cli import main
 from slurmpool.slurm.runner import Runner
 from slurmpool.state.store import NodeStore
@@ -48,13 +56,21 @@ def test_outbox_survives_a_process_that_dies(tmp_path: Path) -> None:
     assert (item.job_id, item.node, item.part) == ("42", "sbx1", PART)
 
 
-def test_push_stores_verifies_and_removes(tmp_path: Path) -> None:
+def _outcomes(store: NodeStore, fake: FakeDbd, t: float) -> list[tuple[str, str]]:
+    return [(r.job_id, r.outcome) for r in push_pending(store, _runner(fake), now=lambda: t)]
+
+
+def test_push_stores_verifies_and_removes_after_a_second_check(tmp_path: Path) -> None:
     fake = FakeDbd(tmp_path / "dbd")
     fake.add_job("42", 'Site "note"')
     with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
-        outbox.put(store, "42", "sbx1", "pool", PART)
-        (r,) = push_pending(store, _runner(fake))
-        assert r.stored, r.error
+        outbox.put(store, "42", "sbx1", "pool", PART, now=1000.0)
+        (r,) = push_pending(store, _runner(fake), now=lambda: 1000.0)
+        assert r.stored and r.outcome == WRITTEN, r.error
+        (item,) = outbox.pending(store)  # kept: checked again after the settle time
+        assert item.written_at == 1000.0 and item.next_attempt_at == 1000.0 + SETTLE_S
+        assert _outcomes(store, fake, 1000.0 + SETTLE_S - 1) == []
+        assert _outcomes(store, fake, 1000.0 + SETTLE_S) == [("42", SETTLED)]
         assert outbox.count(store) == 0
     stored = fake.jobs()["42"]
     assert stored.startswith("site `note` | sp1:")  # lowercased by the (fake) 22.05
@@ -91,7 +107,9 @@ def test_dead_slurmdbd_keeps_the_summary_and_backs_off(tmp_path: Path) -> None:
         fake.add_job("43")  # slurmctld sent the record
         clock[0] = 1100.0
         (r,) = push_pending(store, _runner(fake), now=lambda: clock[0])
-        assert r.stored and outbox.count(store) == 0
+        assert r.stored
+        assert _outcomes(store, fake, 1300.0) == [("42", SETTLED), ("43", SETTLED)]
+        assert outbox.count(store) == 0
     assert codec.decode(fake.jobs()["43"])["job"] == "43"
 
 
@@ -151,7 +169,8 @@ def test_flush_command(tmp_path: Path, down: bool) -> None:
         assert "1 still in the outbox" in res.output
     else:
         assert res.exit_code == 0, res.output
-        assert "stored   job 42" in res.output and "0 still in the outbox" in res.output
+        assert "stored   job 42 (sbx1): checked again in 90 s" in res.output
+        assert "1 stored, 1 still in the outbox (1 stored, to be checked again)" in res.output
 
 
 @pytest.mark.parametrize("command", ["status", "flush"])
@@ -181,7 +200,8 @@ def test_two_runs_of_a_requeued_job_on_one_node_are_two_summaries(tmp_path: Path
         outbox.put(store, "42", "sbx1", "pool", second, now=2.0)
         outbox.put(store, "42", "sbx1", "pool", second, now=3.0)  # its epilog again
         assert [(i.run, i.part) for i in outbox.pending(store)] == [(0, first), (1, second)]
-        assert all(r.stored for r in push_pending(store, _runner(fake)))
+        assert _outcomes(store, fake, 10.0) == [("42", WRITTEN)] * 2
+        assert _outcomes(store, fake, 10.0 + SETTLE_S) == [("42", SETTLED)] * 2
         assert outbox.count(store) == 0
     doc = codec.decode(fake.jobs()["42"])
     assert doc["nodes"] == {"sbx1": first, "sbx1@1": second}
@@ -198,8 +218,81 @@ def test_an_outbox_from_before_runs_is_migrated_with_its_rows(tmp_path: Path) ->
             "next_attempt_at) VALUES ('7', 'sbx1', 'pool', '{\"run\": 2}', 1, 1)"
         )
     with NodeStore(path, (OUTBOX,)) as store:
-        assert store.schema_version(OUTBOX.name) == OUTBOX.version == 2
+        assert store.schema_version(OUTBOX.name) == OUTBOX.version == 3
         (item,) = outbox.pending(store)
         assert (item.job_id, item.node, item.run, item.part) == ("7", "sbx1", 0, {"run": 2})
+        assert item.written_at is None
         outbox.put(store, "7", "sbx1", "pool", {"run": 3})
         assert outbox.count(store) == 2
+
+
+def test_two_nodes_racing_on_one_job_both_end_up_stored(tmp_path: Path) -> None:
+    """Node B read the AdminComment before node A wrote and wrote after A's verify:
+    A's part is gone.  A's second check finds that and writes it again."""
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42")
+    part_b = {**PART, "user": "bob"}
+    with NodeStore(tmp_path / "a.sqlite", (OUTBOX,)) as a:
+        outbox.put(a, "42", "sbx1", "pool", PART, now=0.0)
+        assert _outcomes(a, fake, 1.0) == [("42", WRITTEN)]
+        stale = summary.merge(None, "42", "pool", "sbx2", part_b)  # B read before A wrote
+        fake.set_comment("42", codec.encode(stale, summary.index_of(stale)))
+        assert sorted(codec.decode(fake.jobs()["42"])["nodes"]) == ["sbx2"]
+        assert _outcomes(a, fake, 1.0 + SETTLE_S) == [("42", REWRITTEN)]
+        assert outbox.count(a) == 1  # written again: checked again once more
+        assert _outcomes(a, fake, 2.0 + 2 * SETTLE_S) == [("42", SETTLED)]
+        assert outbox.count(a) == 0
+    doc = codec.decode(fake.jobs()["42"])
+    assert doc["nodes"] == {"sbx1": PART, "sbx2": part_b}
+
+
+def test_a_requeued_job_waits_and_its_requeue_note_and_summary_both_stay(
+    tmp_path: Path,
+) -> None:
+    """Run 0 ended in a requeue: its summary waits until the job's last run ends (were it
+    written now, slurmctld's final record would carry only the note and replace it)."""
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42", state="REQUEUED")
+    fake.set_state("42", "PENDING")
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
+        outbox.put(store, "42", "sbx1", "pool", {**PART, "run": 0}, now=0.0)
+        assert _outcomes(store, fake, 1.0) == [("42", WAITING)]
+        (item,) = outbox.pending(store)
+        assert item.attempts == 0 and "not ended in accounting yet (sacct: REQUEUED" in (
+            item.last_error
+        )
+        fake.add_job("42", state="RUNNING", end="Unknown")  # run 1 started
+        fake.set_state("42", "RUNNING", "sbx1")
+        # sacct may show the end before slurmctld's record of a requeue lands
+        fake.add_job("42", state="COMPLETED")
+        assert _outcomes(store, fake, 100.0) == [("42", WAITING)]
+        assert "is RUNNING in slurmctld" in outbox.pending(store)[0].last_error
+        assert not any(c.startswith("-i modify") for c in fake.calls())  # nothing written
+        outbox.put(store, "42", "sbx1", "pool", {**PART, "run": 1}, now=200.0)
+        # the last run ends; slurmctld's final record carries the prolog's note
+        fake.set_state("42", "COMPLETED", "sbx1")
+        fake.add_job("42", "requeued 1x: no room for 2g.20gb on sbx1")
+        assert _outcomes(store, fake, 300.0) == [("42", WRITTEN)] * 2
+        assert _outcomes(store, fake, 300.0 + SETTLE_S) == [("42", SETTLED)] * 2
+    stored = fake.jobs()["42"]
+    assert stored.startswith("requeued 1x: no room for 2g.20gb on sbx1 | sp1:")
+    assert sorted(codec.decode(stored)["nodes"]) == ["sbx1", "sbx1@1"]
+
+
+def test_a_record_that_lands_after_the_write_is_caught_by_the_second_check(
+    tmp_path: Path,
+) -> None:
+    """The final record is pushed only once sacct shows the End; a record that still
+    replaces the AdminComment (an admin's requeue) is caught within the settle time."""
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42", state="COMPLETED", end="Unknown")  # slurmdbd came back: not final
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
+        outbox.put(store, "42", "sbx1", "pool", PART, now=0.0)
+        assert _outcomes(store, fake, 1.0) == [("42", WAITING)]
+        fake.add_job("42", "site note")
+        assert _outcomes(store, fake, 40.0) == [("42", WRITTEN)]
+        fake.set_comment("42", "site note")  # a late record without the summary
+        assert _outcomes(store, fake, 40.0 + SETTLE_S) == [("42", REWRITTEN)]
+        assert _outcomes(store, fake, 41.0 + 2 * SETTLE_S) == [("42", SETTLED)]
+    stored = fake.jobs()["42"]
+    assert stored.startswith("site note | sp1:") and stored.count("sp1:") == 1

@@ -89,8 +89,8 @@ def test_jobstats_command_for_a_finished_job(tmp_path: Path) -> None:
     fake = FakeDbd(tmp_path / "dbd")
     doc = _doc(12.0, 6144)
     word = codec.encode(doc, index_of(doc))
-    # the fake sacct prints "JobIDRaw|<stored>": give it every field jobstats asks for
-    fake.add_job(
+    # every field jobstats asks for, as sacct prints them
+    fake.add_raw(
         "9", f"alice|phys|gpu|n1|COMPLETED|2026-11-02T10:00:00|300|gres/gpu=1|gres/gpu=1|{word}"
     )
     res = CliRunner().invoke(main, ["jobstats", "9", "--json"], env={"PATH": str(fake.bin)})
@@ -123,7 +123,7 @@ def _jobstats_json(fake: FakeDbd, *args: str) -> dict[str, object]:
 
 def test_a_job_slurmctld_runs_is_running_while_sacct_still_says_pending(tmp_path: Path) -> None:
     fake = FakeDbd(tmp_path / "dbd")
-    fake.add_job("9", LAGGING)
+    fake.add_raw("9", LAGGING)
     fake.set_live("9", RUNNING_NOW)
     view = _jobstats_json(fake)
     assert view["running"] is True and view["state"] == "RUNNING"
@@ -140,7 +140,7 @@ def test_a_running_job_is_shown_while_slurmdbd_is_down_or_has_no_record_yet(
     fake.set_live("9", RUNNING_NOW)
     view = _jobstats_json(fake)  # not in accounting at all yet
     assert view["running"] is True and view["user"] == "alice" and view["nodes"] == "n1"
-    fake.add_job("9", LAGGING)
+    fake.add_raw("9", LAGGING)
     fake.set_down(True)
     view = _jobstats_json(fake)
     assert view["running"] is True and view["allocated"] == {"vgpu": 1, "gpu": None}
@@ -148,14 +148,14 @@ def test_a_running_job_is_shown_while_slurmdbd_is_down_or_has_no_record_yet(
 
 def test_an_ended_job_is_not_running_whatever_lagging_sacct_says(tmp_path: Path) -> None:
     fake = FakeDbd(tmp_path / "dbd")
-    fake.add_job("9", LAGGING.replace("PENDING", "RUNNING"))
+    fake.add_raw("9", LAGGING.replace("PENDING", "RUNNING"))
     fake.set_live("9", RUNNING_NOW.replace("RUNNING", "COMPLETED"))
     view = _jobstats_json(fake)
     assert view["running"] is False and view["state"] == "COMPLETED"
     assert "no slurmpool summary in accounting yet" in str(view["note"])
     # A job slurmctld no longer knows has ended: accounting is its record.
     fake2 = FakeDbd(tmp_path / "dbd2")
-    fake2.add_job("9", LAGGING.replace("PENDING", "RUNNING"))
+    fake2.add_raw("9", LAGGING.replace("PENDING", "RUNNING"))
     view = _jobstats_json(fake2)
     assert view["running"] is False
 

@@ -171,6 +171,7 @@ def test_monitord_runs_as_the_installed_unit_on_its_own_port() -> None:
         node="sbx2",
         port=20001,
         interval_s=0.5,
+        settle_s=25,
     )
     assert argv[:6] == [
         "/opt/slurmpool/bin/python",
@@ -184,9 +185,16 @@ def test_monitord_runs_as_the_installed_unit_on_its_own_port() -> None:
     assert argv[argv.index("--port") + 1] == "20001"
     assert argv[argv.index("--address") + 1] == "127.0.0.1"
     assert argv[argv.index("--interval") + 1] == "0.5"
+    assert argv[argv.index("--settle") + 1] == "25"
     # slurmpool from source: PYTHONPATH kept, so no -I (which would drop it).
     src = monitord_argv(
-        "/usr/bin/python3", "/src:/sbx/pylib", node_config="c", node="n", port=1, interval_s=2
+        "/usr/bin/python3",
+        "/src:/sbx/pylib",
+        node_config="c",
+        node="n",
+        port=1,
+        interval_s=2,
+        settle_s=90,
     )
     assert src[:3] == ["/usr/bin/env", "PYTHONPATH=/src:/sbx/pylib", "/usr/bin/python3"]
     assert "-I" not in src

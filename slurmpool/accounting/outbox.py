@@ -70,6 +70,9 @@ OUTBOX = Component(
         ALTER TABLE accounting_outbox_2 RENAME TO accounting_outbox;
         CREATE INDEX accounting_outbox_due ON accounting_outbox (next_attempt_at);
         """,
+        # 3: when the summary was written and verified once (NULL: not yet); the row
+        # stays until a second check after the settle time finds it still stored.
+        "ALTER TABLE accounting_outbox ADD COLUMN written_at REAL;",
     ),
 )
 
@@ -88,6 +91,7 @@ class Pending:
     attempts: int
     next_attempt_at: float
     last_error: str
+    written_at: float | None = None
 
 
 def put(
@@ -109,7 +113,8 @@ def put(
                    next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (job_id, node, run) DO UPDATE SET cluster = excluded.cluster,
                    part = excluded.part, created_at = excluded.created_at, attempts = 0,
-                   next_attempt_at = excluded.next_attempt_at, last_error = ''""",
+                   next_attempt_at = excluded.next_attempt_at, last_error = '',
+                   written_at = NULL""",
             (job_id, node, run if isinstance(run, int) else 0, cluster, text, t, t),
         )
 
@@ -126,6 +131,7 @@ def _pending(row: Any) -> Pending:
         attempts=row["attempts"],
         next_attempt_at=row["next_attempt_at"],
         last_error=row["last_error"],
+        written_at=row["written_at"],
     )
 
 
@@ -160,9 +166,32 @@ def delete_if_unchanged(store: StateDB, item: Pending) -> bool:
 
 
 def record_failure(store: StateDB, item: Pending, error: str, retry_at: float) -> None:
+    """A push of ``item`` failed: count the attempt and try again at ``retry_at``."""
     with store.transaction() as conn:
         conn.execute(
             """UPDATE accounting_outbox SET attempts = attempts + 1, last_error = ?,
                    next_attempt_at = ? WHERE id = ? AND created_at = ?""",
             (error[:2000], retry_at, item.id, item.created_at),
         )
+
+
+def defer(store: StateDB, item: Pending, why: str, retry_at: float) -> None:
+    """``item``'s job has not ended (yet, or again): look at ``retry_at`` without
+    counting an attempt; whatever was written must be written again after the end."""
+    with store.transaction() as conn:
+        conn.execute(
+            """UPDATE accounting_outbox SET last_error = ?, next_attempt_at = ?,
+                   written_at = NULL WHERE id = ? AND created_at = ?""",
+            (why[:2000], retry_at, item.id, item.created_at),
+        )
+
+
+def mark_written(store: StateDB, item: Pending, written_at: float, check_at: float) -> bool:
+    """``item`` was written and read back: check it again at ``check_at``."""
+    with store.transaction() as conn:
+        cur = conn.execute(
+            """UPDATE accounting_outbox SET written_at = ?, next_attempt_at = ?,
+                   last_error = '' WHERE id = ? AND created_at = ?""",
+            (written_at, check_at, item.id, item.created_at),
+        )
+    return cur.rowcount > 0

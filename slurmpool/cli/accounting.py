@@ -9,7 +9,17 @@ from pathlib import Path
 import click
 
 from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, slurm_runner, usage_error
-from slurmpool.cli.nodeopts import existing_store, node_context, node_options
+from slurmpool.cli.nodeopts import (
+    existing_store,
+    node_context,
+    node_options,
+    settle_option,
+    settle_seconds,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.accounting.push import PushResult
 
 
 @click.group()
@@ -26,43 +36,77 @@ def accounting() -> None:
 
 @accounting.command()
 @node_options
+@settle_option
 @json_option("the results")
-def flush(node_config: Path, node: str, state_db: Path | None, as_json: bool) -> None:
+def flush(
+    node_config: Path, node: str, state_db: Path | None, settle_s: float | None, as_json: bool
+) -> None:
     """Push every summary in this node's outbox now, ignoring backoff.
 
-    Exit status 1 when any summary could not be stored (it stays in the outbox).
+    A summary is pushed once its job has ended for good (waiting ones are
+    listed); a stored one stays in the outbox until a second check, the
+    settle time later, finds it still there.  Exit status 1 when any
+    summary could not be stored (it stays in the outbox).
 
     Example: ``slurmpool accounting flush --node sbx1``
     """
     from slurmpool.accounting import outbox
-    from slurmpool.accounting.push import push_pending
+    from slurmpool.accounting import push as p
     from slurmpool.state.store import NodeStore
 
     ctx = node_context(node_config, node, state_db)
+    settle = settle_seconds(ctx, settle_s)
     with NodeStore(existing_store(ctx), (outbox.OUTBOX,)) as store:
-        results = push_pending(store, slurm_runner(), due_only=False)
-        left = outbox.count(store)
+        results = p.push_pending(store, slurm_runner(), settle_s=settle, due_only=False)
+        left = outbox.pending(store)
+    written = sum(i.written_at is not None for i in left)
     if as_json:
         echo_json(
             {
-                "stored": [{"job": r.job_id, "node": r.node} for r in results if r.stored],
+                "stored": [
+                    {"job": r.job_id, "node": r.node, "outcome": r.outcome}
+                    for r in results
+                    if r.stored
+                ],
+                "waiting": [
+                    {"job": r.job_id, "node": r.node, "why": r.error}
+                    for r in results
+                    if r.outcome == p.WAITING
+                ],
                 "failed": [
                     {"job": r.job_id, "node": r.node, "error": r.error, "kind": r.kind}
                     for r in results
-                    if not r.stored
+                    if r.outcome == p.FAILED
                 ],
-                "pending": left,
+                "pending": len(left),
+                "written": written,
             }
         )
     else:
         for r in results:
-            if r.stored:
-                click.echo(f"stored   job {r.job_id} ({r.node})")
-            else:
-                click.echo(f"pending  job {r.job_id} ({r.node}): {r.error}")
-        click.echo(f"{sum(r.stored for r in results)} stored, {left} still in the outbox")
-    if any(not r.stored for r in results):
+            click.echo(_flush_line(r, settle))
+        click.echo(
+            f"{sum(r.stored for r in results)} stored, {len(left)} still in the outbox "
+            f"({written} stored, to be checked again)"
+        )
+    if any(r.outcome == p.FAILED for r in results):
         raise SystemExit(EXIT_FAIL)
+
+
+def _flush_line(r: PushResult, settle_s: float) -> str:
+    from slurmpool.accounting import push as p
+
+    where = f"job {r.job_id} ({r.node})"
+    if r.outcome == p.SETTLED:
+        return f"settled  {where}: stored, found again; out of the outbox"
+    if r.stored:
+        again = (
+            " (written again: another writer had replaced it)" if r.outcome == p.REWRITTEN else ""
+        )
+        return f"stored   {where}: checked again in {settle_s:.0f} s{again}"
+    if r.outcome == p.WAITING:
+        return f"waiting  {where}: {r.error}"
+    return f"pending  {where}: {r.error}"
 
 
 @accounting.command()

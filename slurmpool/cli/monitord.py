@@ -12,7 +12,7 @@ from types import FrameType
 import click
 
 from slurmpool.cli.common import EXIT_FAIL, echo_json, slurm_runner, usage_error
-from slurmpool.cli.nodeopts import node_context, node_options
+from slurmpool.cli.nodeopts import node_context, node_options, settle_option, settle_seconds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ def _log(message: str) -> None:
     default=None,
     help="Keep raw samples this long [node config monitor.retention_hours, else 48].",
 )
+@settle_option
 @click.option("--once", is_flag=True, help="One sampling pass (and one push), then exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as JSON.")
 def monitord(
@@ -66,6 +67,7 @@ def monitord(
     no_metrics: bool,
     no_push: bool,
     retention_hours: float | None,
+    settle_s: float | None,
     once: bool,
     as_json: bool,
 ) -> None:
@@ -110,6 +112,7 @@ def monitord(
         else (port if port is not None else int(conf.get("port", DEFAULT_PORT))),
         retention=Retention(max_age_s=hours * 3600.0),
         push=not no_push,
+        settle_s=settle_seconds(ctx, settle_s),
     )
     try:
         gpu = open_backend(backend or ctx.config.gpu_backend)

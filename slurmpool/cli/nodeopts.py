@@ -114,3 +114,27 @@ def existing_store(ctx: NodeContext) -> Path:
             "sandbox node run it as `slurmpool sandbox exec NODE -- slurmpool ...`"
         )
     return ctx.store_path
+
+
+def settle_option(fn: F) -> F:
+    """``--settle SECONDS``: how long a stored summary waits for its second check."""
+    return click.option(
+        "--settle",
+        "settle_s",
+        type=click.FloatRange(min=0),
+        default=None,
+        help="Seconds between storing a summary and checking it again "
+        "[node config monitor.settle_s, else 90].",
+    )(fn)
+
+
+def settle_seconds(ctx: NodeContext, explicit: float | None) -> float:
+    """The settle time: ``explicit``, else the node config's, else the default."""
+    from slurmpool.accounting.push import SETTLE_S
+
+    if explicit is not None:
+        return explicit
+    value = ctx.monitor_settings().get("settle_s", SETTLE_S)
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        usage_error(f"node config monitor.settle_s: expected seconds (>= 0), got {value!r}")
+    return float(value)

@@ -20,7 +20,15 @@ from typing import Any
 
 from slurmpool.accounting import outbox
 from slurmpool.accounting.enqueue import build_job_summary
-from slurmpool.accounting.push import Backoff, PushResult, push_pending
+from slurmpool.accounting.push import (
+    REWRITTEN,
+    SETTLE_S,
+    SETTLED,
+    WAITING,
+    Backoff,
+    PushResult,
+    push_pending,
+)
 from slurmpool.monitor.attribution import AccountResolver, Attribution, from_allocations
 from slurmpool.monitor.exporter import MetricsServer, SnapshotCollector, make_registry
 from slurmpool.monitor.sampler import Sampler, Snapshot
@@ -48,6 +56,7 @@ class MonitorSettings:
     push: bool = True
     push_poll_s: float = 5.0
     backoff: Backoff = field(default_factory=Backoff)
+    settle_s: float = SETTLE_S
 
 
 Log = Callable[[str], None]
@@ -128,16 +137,23 @@ class Monitor:
                 self.runner,
                 now=self.clock,
                 backoff=self.settings.backoff,
+                settle_s=self.settings.settle_s,
                 due_only=due_only,
             )
             self.collector.stats.outbox_pending = outbox.count(store)
         for r in results:
-            if r.stored:
+            what = f"summary of job {r.job_id} (node {r.node})"
+            if r.outcome == SETTLED:
+                self.log(f"accounting: {what} found stored at its second check")
+            elif r.stored:
                 self.collector.stats.pushed += 1
-                self.log(f"accounting: stored summary of job {r.job_id} (node {r.node})")
+                again = " again (another writer had replaced it)" if r.outcome == REWRITTEN else ""
+                self.log(f"accounting: stored {what}{again}")
+            elif r.outcome == WAITING:
+                self.log(f"accounting: {what} waits: {r.error}")
             else:
                 self.collector.stats.push_failures += 1
-                self.log(f"accounting: job {r.job_id} not stored yet: {r.error}")
+                self.log(f"accounting: {what} not stored yet: {r.error}")
         return results
 
     def job_view(self, job_id: str) -> dict[str, Any] | None:

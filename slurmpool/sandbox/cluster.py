@@ -80,6 +80,10 @@ class SandboxOptions:
     hook_python: str | None = None
     # Seconds between monitord's sampling passes on every node.
     monitor_interval_s: float = 2.0
+    # Seconds before monitord checks a stored summary again.  Shorter than a real
+    # cluster's: every Slurm command answers within a second on loopback, and this is
+    # still longer than slurmctld's records were seen to lag the database (20 s).
+    accounting_settle_s: float = 25.0
 
 
 def hook_interpreter(options: SandboxOptions) -> tuple[str, str | None]:
@@ -122,6 +126,7 @@ def monitord_argv(
     node: str,
     port: int,
     interval_s: float,
+    settle_s: float,
 ) -> list[str]:
     """monitord as the installed unit runs it (``python -I -m slurmpool monitord
     --node-config ...``), on its own port: every sandbox node shares one loopback."""
@@ -146,6 +151,8 @@ def monitord_argv(
         str(port),
         "--interval",
         f"{interval_s:g}",
+        "--settle",
+        f"{settle_s:g}",
     ]
 
 
@@ -825,6 +832,7 @@ class Sandbox:
                 node=name,
                 port=state.ports[f"monitord:{name}"],
                 interval_s=options.monitor_interval_s,
+                settle_s=options.accounting_settle_s,
             )
             d = self._spawn(state, f"monitord-{name}", self.on_node_argv(name, argv), env)
             self._wait_monitord(state, d)

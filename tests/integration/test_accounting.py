@@ -31,12 +31,14 @@ import pytest
 
 from slurmpool.accounting.codec import decode, find_token
 from slurmpool.sandbox import procs
+from slurmpool.sandbox.cluster import SandboxOptions
 
 from .conftest import TERMINAL, Cluster
 from .polling import poll
 
 USERS = ("sp-acct-ann", "sp-acct-ben")  # this module's own users: per-user totals are exact
 NODES = ("sbx1", "sbx2")
+SETTLE_S = SandboxOptions().accounting_settle_s  # what the sandbox's monitord waits
 
 
 @dataclass
@@ -315,9 +317,32 @@ def _outbox(cluster: Cluster, node: str) -> list[dict[str, Any]]:
     return items
 
 
-def test_summary_survives_slurmdbd_down_at_job_end_and_a_monitord_restart(
+def _flush(cluster: Cluster, node: str) -> dict[str, Any]:
+    res = run_cli(
+        cluster,
+        "accounting",
+        "flush",
+        "--json",
+        "--node-config",
+        str(Path(cluster.state.slurm_conf).parent / "node-config.json"),
+        "--node",
+        node,
+        "--settle",
+        f"{SETTLE_S:g}",
+        node=node,
+    )
+    assert res.stdout, res.stderr
+    out: dict[str, Any] = json.loads(res.stdout)
+    return out
+
+
+def test_summary_survives_slurmdbd_down_at_job_end_and_a_late_record_from_slurmctld(
     cluster: Cluster, monitors: Monitors, users: tuple[str, str]
 ) -> None:
+    """slurmdbd is down while the job ends, and slurmctld holds an AdminComment for the
+    job (set with scontrol, as a requeue note is): slurmctld's job-complete record
+    reaches the database only after slurmdbd is back, and would replace a summary
+    written before it landed.  The summary waits for it, and both stay."""
     _ann, ben = users
     release = cluster.release_file("outage")
     JOBS["outage"] = job = submit(cluster, ben, "vgpu:2", "sbx2", release, mem=3000)
@@ -335,6 +360,9 @@ def test_summary_survives_slurmdbd_down_at_job_end_and_a_monitord_restart(
     dbd = _slurmdbd(cluster)
     procs.stop([dbd], grace_s=10)
     try:
+        cluster.slurm.run(
+            "scontrol", "update", f"jobid={job}", "AdminComment=site-note 7", timeout=15
+        )
         release.touch()  # the job ends while slurmdbd is down
         assert cluster.wait(job) == "COMPLETED"
         pending = poll(
@@ -354,26 +382,27 @@ def test_summary_survives_slurmdbd_down_at_job_end_and_a_monitord_restart(
         lambda: cluster.slurm.run("sacctmgr", "-n", "list", "cluster", check=False, timeout=10).ok,
         30,
     )
-    res = run_cli(
-        cluster,
-        "accounting",
-        "flush",
-        "--node-config",
-        str(Path(cluster.state.slurm_conf).parent / "node-config.json"),
-        "--node",
-        "sbx2",
-        node="sbx2",
-    )  # by hand, not waiting for the backoff
+    # By hand, not waiting for the backoff: the push waits until sacct shows the End.
+    flushed = poll(
+        "a flush that stores the summary",
+        lambda: (out := _flush(cluster, "sbx2"))["stored"] and out,
+        90,
+        interval_s=2,
+    )
+    wait_until_accounted(cluster, [job])  # the summary went in only after the End
     doc = stored_summary(cluster, job, timeout_s=60)
     (dev,) = doc["nodes"]["sbx2"]["devices"]
-    assert dev["profile"] == "2g.20gb" and dev["mem_max_mib"] == 3000, res.stdout
-    text = admin_comment(cluster, job)
-    assert text is not None and text.count("sp1:") == 1  # stored once
+    assert dev["profile"] == "2g.20gb" and dev["mem_max_mib"] == 3000, flushed
+    # monitord checks it again after the settle time and only then lets it go
     poll(
         "the outbox to empty",
         lambda: not any(i["job"] == str(job) for i in _outbox(cluster, "sbx2")),
-        30,
+        SETTLE_S + 60,
     )
+    text = admin_comment(cluster, job)
+    assert text is not None and text.startswith("site-note 7 | sp1:"), text
+    assert text.count("sp1:") == 1  # stored once
+    assert decode(text)["nodes"]["sbx2"]["devices"] == doc["nodes"]["sbx2"]["devices"]
 
 
 def _elapsed(cluster: Cluster, job: int) -> int:

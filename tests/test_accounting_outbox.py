@@ -218,10 +218,11 @@ def test_an_outbox_from_before_runs_is_migrated_with_its_rows(tmp_path: Path) ->
             "next_attempt_at) VALUES ('7', 'sbx1', 'pool', '{\"run\": 2}', 1, 1)"
         )
     with NodeStore(path, (OUTBOX,)) as store:
-        assert store.schema_version(OUTBOX.name) == OUTBOX.version == 3
+        assert store.schema_version(OUTBOX.name) == OUTBOX.version == 4
         (item,) = outbox.pending(store)
         assert (item.job_id, item.node, item.run, item.part) == ("7", "sbx1", 0, {"run": 2})
         assert item.written_at is None
+        assert outbox.made(store, "7") == {0: 1.0}  # monitord will not make it again
         outbox.put(store, "7", "sbx1", "pool", {"run": 3})
         assert outbox.count(store) == 2
 
@@ -296,3 +297,22 @@ def test_a_record_that_lands_after_the_write_is_caught_by_the_second_check(
         assert _outcomes(store, fake, 41.0 + 2 * SETTLE_S) == [("42", SETTLED)]
     stored = fake.jobs()["42"]
     assert stored.startswith("site note | sp1:") and stored.count("sp1:") == 1
+
+
+def test_a_summary_is_committed_with_a_full_sync(tmp_path: Path) -> None:
+    """The outbox commit is fsynced (synchronous=FULL), and only it: the hooks'
+    other transactions keep NORMAL."""
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
+        seen: list[str] = []
+        store.conn.set_trace_callback(seen.append)
+
+        def level() -> int:
+            return int(store.conn.execute("PRAGMA synchronous").fetchone()[0])
+
+        outbox.put(store, "42", "sbx1", "pool", PART)
+        store.conn.set_trace_callback(None)
+        full = seen.index("PRAGMA synchronous=FULL")
+        begin, commit = seen.index("BEGIN IMMEDIATE"), seen.index("COMMIT")
+        assert full < begin < commit < seen.index("PRAGMA synchronous=NORMAL")
+        assert any("INSERT INTO accounting_outbox" in s for s in seen[begin:commit])
+        assert level() == 1  # NORMAL again

@@ -73,6 +73,18 @@ OUTBOX = Component(
         # 3: when the summary was written and verified once (NULL: not yet); the row
         # stays until a second check after the settle time finds it still stored.
         "ALTER TABLE accounting_outbox ADD COLUMN written_at REAL;",
+        # 4: which runs of which jobs have had their summary made on this node, so
+        # monitord makes the ones an epilog never did (missed.py), and only those.
+        """
+        CREATE TABLE accounting_made (
+            job_id  TEXT    NOT NULL,
+            run     INTEGER NOT NULL,
+            made_at REAL    NOT NULL,
+            PRIMARY KEY (job_id, run)
+        );
+        INSERT OR IGNORE INTO accounting_made (job_id, run, made_at)
+            SELECT job_id, run, created_at FROM accounting_outbox;
+        """,
     ),
 )
 
@@ -107,7 +119,14 @@ def put(
     t = time.time() if now is None else now
     text = json.dumps(part, separators=(",", ":"), sort_keys=True)
     run = part.get("run", 0)
-    with store.transaction() as conn:
+    run = run if isinstance(run, int) else 0
+    # Durable: the epilog's summary is the only copy once the job's samples are pruned.
+    with store.transaction(durable=True) as conn:
+        conn.execute(
+            """INSERT INTO accounting_made (job_id, run, made_at) VALUES (?, ?, ?)
+               ON CONFLICT (job_id, run) DO UPDATE SET made_at = excluded.made_at""",
+            (job_id, run, t),
+        )
         conn.execute(
             """INSERT INTO accounting_outbox (job_id, node, run, cluster, part, created_at,
                    next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -115,7 +134,7 @@ def put(
                    part = excluded.part, created_at = excluded.created_at, attempts = 0,
                    next_attempt_at = excluded.next_attempt_at, last_error = '',
                    written_at = NULL""",
-            (job_id, node, run if isinstance(run, int) else 0, cluster, text, t, t),
+            (job_id, node, run, cluster, text, t, t),
         )
 
 
@@ -195,3 +214,19 @@ def mark_written(store: StateDB, item: Pending, written_at: float, check_at: flo
             (written_at, check_at, item.id, item.created_at),
         )
     return cur.rowcount > 0
+
+
+def made(store: StateDB, job_id: str) -> dict[int, float]:
+    """Run -> when its summary was made on this node, for ``job_id``."""
+    rows = store.conn.execute(
+        "SELECT run, made_at FROM accounting_made WHERE job_id = ?", (job_id,)
+    ).fetchall()
+    return {int(r["run"]): float(r["made_at"]) for r in rows}
+
+
+def prune_made(store: StateDB, before: float) -> int:
+    """Forget summaries made before ``before`` (their jobs' samples are gone by then)."""
+    with store.transaction() as conn:
+        return int(
+            conn.execute("DELETE FROM accounting_made WHERE made_at < ?", (before,)).rowcount
+        )

@@ -20,6 +20,7 @@ from typing import Any
 
 from slurmpool.accounting import outbox
 from slurmpool.accounting.enqueue import build_job_summary
+from slurmpool.accounting.missed import make_missed
 from slurmpool.accounting.push import (
     REWRITTEN,
     SETTLE_S,
@@ -57,6 +58,8 @@ class MonitorSettings:
     push_poll_s: float = 5.0
     backoff: Backoff = field(default_factory=Backoff)
     settle_s: float = SETTLE_S
+    # How often the pusher looks for jobs whose epilog made no summary.
+    missed_every_s: float = 60.0
 
 
 Log = Callable[[str], None]
@@ -90,6 +93,7 @@ class Monitor:
         # Used by the thread that calls pass_once/run (SQLite connections are per thread).
         self._store = NodeStore(self.store_path, COMPONENTS)
         self._last_prune = 0.0
+        self._last_missed = float("-inf")
 
     # -- one pass ---------------------------------------------------------------
 
@@ -125,6 +129,7 @@ class Monitor:
         if now - self._last_prune >= self.settings.prune_every_s:
             self._last_prune = now
             sample_store.prune(self._store, self.settings.retention, now)
+            outbox.prune_made(self._store, now - self.settings.retention.totals_age_s)
         return snap
 
     def push_once(self, due_only: bool = True) -> list[PushResult]:
@@ -132,6 +137,14 @@ class Monitor:
         if self.runner is None:
             return []
         with NodeStore(self.store_path, COMPONENTS) as store:
+            now = self.clock()
+            if now - self._last_missed >= self.settings.missed_every_s:
+                self._last_missed = now
+                for m in make_missed(store, self.runner, node=self.node, cluster=None, now=now):
+                    self.log(
+                        f"accounting: made the summary of job {m.job_id} (run {m.run}) "
+                        "that no epilog made, from its samples"
+                    )
             results = push_pending(
                 store,
                 self.runner,

@@ -121,23 +121,34 @@ class StateDB:
         self.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken before any read that a decision depends on."""
+    def transaction(self, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken before any read that a decision depends on.
+
+        ``durable``: the commit is on disk when this returns, power loss included
+        (``synchronous=FULL`` for this transaction; NORMAL may lose the last
+        commits to a power cut, never to a crash, and costs no fsync per commit).
+        """
         if self._lock_wait is not None:
             self.conn.execute(f"PRAGMA busy_timeout = {int(self._lock_wait() * 1000)}")
+        if durable:  # outside the transaction: SQLite ignores it inside one
+            self.conn.execute("PRAGMA synchronous=FULL")
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
-            if not _is_busy(e):
-                raise StateStoreError(f"{self.path}: {e}") from e
-            raise self._busy() from None
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        else:
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                if not _is_busy(e):
+                    raise StateStoreError(f"{self.path}: {e}") from e
+                raise self._busy() from None
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+        finally:
+            if durable:
+                self.conn.execute("PRAGMA synchronous=NORMAL")
 
     def _busy(self) -> StoreBusy:
         wait_ms = self.conn.execute("PRAGMA busy_timeout").fetchone()[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -106,6 +107,11 @@ def test_a_job_slurmctld_still_runs_or_the_epilog_summarised_is_left_alone(
     assert mon.push_once() == []
     mon.close()
     assert _rows(db) == []
+    off = _monitor(db, backend, fake, later_s=QUIET_S + 5)
+    off.settings = dataclasses.replace(SETTINGS, missed_every_s=None)  # accounting off
+    fake.set_live("11", None)
+    assert off.push_once() == []
+    off.close()
     with NodeStore(db, COMPONENTS) as store:
         (m,) = candidates(store, time.time() + QUIET_S + 5)
         assert (m.job_id, m.run) == ("11", 0)

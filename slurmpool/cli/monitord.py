@@ -113,6 +113,7 @@ def monitord(
         retention=Retention(max_age_s=hours * 3600.0),
         push=not no_push,
         settle_s=settle_seconds(ctx, settle_s),
+        missed_every_s=MonitorSettings.missed_every_s if ctx.config.accounting else None,
     )
     try:
         gpu = open_backend(backend or ctx.config.gpu_backend)

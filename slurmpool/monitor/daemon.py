@@ -58,8 +58,9 @@ class MonitorSettings:
     push_poll_s: float = 5.0
     backoff: Backoff = field(default_factory=Backoff)
     settle_s: float = SETTLE_S
-    # How often the pusher looks for jobs whose epilog made no summary.
-    missed_every_s: float = 60.0
+    # How often the pusher looks for jobs whose epilog made no summary (None: never,
+    # as where the policy turns accounting off and no epilog summarises either).
+    missed_every_s: float | None = 60.0
 
 
 Log = Callable[[str], None]
@@ -138,7 +139,8 @@ class Monitor:
             return []
         with NodeStore(self.store_path, COMPONENTS) as store:
             now = self.clock()
-            if now - self._last_missed >= self.settings.missed_every_s:
+            every = self.settings.missed_every_s
+            if every is not None and now - self._last_missed >= every:
                 self._last_missed = now
                 for m in make_missed(store, self.runner, node=self.node, cluster=None, now=now):
                     self.log(

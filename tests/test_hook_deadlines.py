@@ -255,8 +255,27 @@ def test_a_prolog_that_timed_out_is_not_run_again(tmp_path: Path) -> None:
     assert len((tmp_path / "ours").read_text().splitlines()) == 1
 
 
-def test_only_the_prolog_is_run_again(tmp_path: Path) -> None:
-    wrapper = _wrapper(tmp_path, "epilog", 30, None, "kill -9 $$\n")
+def test_a_killed_epilog_is_run_again_once_without_after_kill(tmp_path: Path) -> None:
+    """The second run finishes the release (tests/test_pooling_hooks.py shows it does);
+    its status is the wrapper's, so a second failure still drains the node."""
+    runs = tmp_path / "ours"
+    body = f'[ "$(wc -l < {runs})" -eq 1 ] && kill -9 $$\nexit 0\n'
+    wrapper = _wrapper(tmp_path, "epilog", 30, None, body)
+    res = subprocess.run([str(wrapper)], env={}, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "the hook died with status 137; running it again" in res.stderr
+    first, second = (line.strip() for line in runs.read_text().splitlines())
+    assert first.endswith("--budget-s 30") and second.endswith("--budget-s 10")
+    (tmp_path / "again").mkdir()
+    always = _wrapper(tmp_path / "again", "epilog", 30, None, "kill -9 $$\n")
+    res = subprocess.run([str(always)], env={}, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 137
+    assert len((tmp_path / "again" / "ours").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("hook", ["task-prolog", "epilog-slurmctld"])
+def test_other_hooks_are_not_run_again(tmp_path: Path, hook: str) -> None:
+    wrapper = _wrapper(tmp_path, hook, 30, None, "kill -9 $$\n")
     res = subprocess.run([str(wrapper)], env={}, capture_output=True, text=True, timeout=30)
     assert res.returncode == 137
     assert len((tmp_path / "ours").read_text().splitlines()) == 1

@@ -91,6 +91,30 @@ def test_the_epilog_summary_names_the_jobs_cluster_user_and_run(pool: Pool) -> N
     assert (item.part["user"], item.part["run"]) == ("alice", 2)
 
 
+def test_each_run_of_a_requeued_job_is_summarised_apart(pool: Pool) -> None:
+    """After `scontrol requeue`, the epilog of the run that ended already sees the next
+    run's restart count (measured on 22.05): the run is the one its prolog recorded, and
+    each run's summary holds that run's instance only."""
+    from slurmpool.accounting import outbox
+    from slurmpool.accounting.outbox import OUTBOX
+    from slurmpool.state import samples
+
+    _with_accounting(pool)
+    first = pool.env("34", vgpu=2)  # run 0's prolog: no restart yet
+    assert pool.hook("prolog", first)[0] == 0
+    assert pool.hook("epilog", {**first, "SLURM_JOB_RESTART_COUNT": "1"})[0] == 0
+    second = pool.env("34", vgpu=1, SLURM_JOB_RESTART_COUNT="1")
+    assert pool.hook("prolog", second)[0] == 0
+    with pool.store() as store:
+        assert samples.job_totals(store, "34") == []  # run 0's were handed to its summary
+    assert pool.hook("epilog", second)[0] == 0
+    with NodeStore(store_path(pool.state_dir, NODE), (OUTBOX,)) as store:
+        items = outbox.pending(store)
+    assert [(i.run, i.part["run"]) for i in items] == [(0, 0), (1, 1)]
+    assert [[c["profile"] for c in i.part["carved"]] for i in items] == [["2g.20gb"], ["1g.10gb"]]
+    assert [i.part["request"]["vgpu"] for i in items] == [2, 1]
+
+
 def test_a_failed_summary_never_stops_the_release(
     pool: Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

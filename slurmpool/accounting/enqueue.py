@@ -11,7 +11,8 @@ import time
 from slurmpool.accounting import outbox
 from slurmpool.accounting.summary import Carved, node_summary
 from slurmpool.modes import GpuMode
-from slurmpool.state.samples import DeviceTotals, job_samples, job_totals
+from slurmpool.state.samples import DeviceTotals, forget_totals, job_samples, job_totals
+from slurmpool.state.store import RELEASED, RUN
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -121,7 +122,9 @@ def build_job_summary(
     carved = carved_from(allocs)
     totals = job_totals(store, job_id)
     totals += _unsampled(carved, totals, job_id, now)
-    samples = job_samples(store, job_id)
+    # Raw samples since the run's first record (an earlier run's stay out of its timeline).
+    since = min((a.created_at for a in allocs), default=None) if allocations is not None else None
+    samples = job_samples(store, job_id, since=since)
     return node_summary(
         user=user
         or next((a.user for a in allocs), None)
@@ -166,6 +169,51 @@ def enqueue_job_summary(
     return part
 
 
+def run_of(allocations: Sequence[Allocation], default: int) -> int:
+    """The run an epilog ends: the latest the prolog recorded on the job's records not
+    released yet (the epilog summarises before it releases), else ``default``."""
+    live = [a for a in allocations if a.state != RELEASED] or list(allocations)
+    runs = [r for a in live if isinstance(r := a.details.get(RUN), int)]
+    return max(runs) if runs else default
+
+
+def enqueue_run(
+    store: NodeStore,
+    *,
+    node: str,
+    job_id: str,
+    cluster: str | None,
+    user: str | None,
+    run: int = 0,
+    end: float | None = None,
+) -> dict[str, Any] | None:
+    """Summarise the run of ``job_id`` that ended on ``node`` into the outbox, if the
+    node saw GPU use, then drop the job's running totals (the summary holds them).
+
+    ``run`` is used only where the job's records name none (:func:`run_of`).
+    Returns the summary part, or None for a job with neither allocations nor
+    samples on this node (a CPU job).
+    """
+    allocations = store.for_job(job_id, include_released=True)
+    if not allocations and not job_totals(store, job_id):
+        return None
+    run = run_of(allocations, run)
+    this_run = [a for a in allocations if a.details.get(RUN, run) == run]
+    part = enqueue_job_summary(
+        store,
+        job_id=job_id,
+        node=node,
+        cluster=cluster,
+        user=user,
+        allocations=this_run,
+        request=request_of(this_run),
+        run=run,
+        end=end,
+    )
+    forget_totals(store, job_id)
+    return part
+
+
 def enqueue_from_hook(
     store: NodeStore,
     *,
@@ -175,22 +223,6 @@ def enqueue_from_hook(
     user: str | None,
     run: int = 0,
 ) -> dict[str, Any] | None:
-    """The epilog's call: summarise ``job_id`` into the outbox if the node saw GPU use.
-
-    Returns the summary part, or None for a job with neither allocations nor
-    samples on this node (a CPU job).  ``store`` is the hook's own connection,
-    opened with the samples and the outbox.
-    """
-    allocations = store.for_job(job_id, include_released=True)
-    if not allocations and not job_totals(store, job_id):
-        return None
-    return enqueue_job_summary(
-        store,
-        job_id=job_id,
-        node=node,
-        cluster=cluster,
-        user=user,
-        allocations=allocations,
-        request=request_of(allocations),
-        run=run,
-    )
+    """The epilog's call (:func:`enqueue_run`): ``run`` is the epilog's restart count.
+    ``store`` is the hook's own connection, opened with the samples and the outbox."""
+    return enqueue_run(store, node=node, job_id=job_id, cluster=cluster, user=user, run=run)

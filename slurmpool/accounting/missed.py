@@ -7,14 +7,16 @@ live allocation on this node is its, no summary was made for it since those
 samples, and slurmctld no longer holds it as pending or running.  Its
 summary is then made from the samples and put in the outbox like any other.
 
-The run is the one after the last summary made for the job on this node (0
-when none was): monitord has no restart count of a job slurmctld forgot.
+The run is the one its prolog recorded in its allocation records; where
+they name none, the one after the last summary made for the job on this
+node (0 when none was): monitord has no restart count of a job slurmctld
+forgot.
 """
 
 from __future__ import annotations
 
 from slurmpool.accounting import outbox
-from slurmpool.accounting.enqueue import enqueue_job_summary, request_of
+from slurmpool.accounting.enqueue import enqueue_run
 from slurmpool.records import record
 
 TYPE_CHECKING = False
@@ -82,17 +84,15 @@ def make_missed(
             break
         if live is not None and live.state not in ENDED_STATES:
             continue
-        allocations = store.for_job(m.job_id, include_released=True)
-        enqueue_job_summary(
+        part = enqueue_run(
             store,
-            job_id=m.job_id,
             node=node,
+            job_id=m.job_id,
             cluster=cluster,
             user=live.user if live is not None else None,
-            allocations=allocations,
-            request=request_of(allocations),
             run=m.run,
             end=m.last_sample,
         )
-        made.append(m)
+        if part is not None:
+            made.append(Missed(m.job_id, int(part["run"]), m.last_sample))
     return made

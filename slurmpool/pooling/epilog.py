@@ -67,7 +67,9 @@ def _summarise(node: Node, job: Job) -> None:
         )
         return
     if part is not None:
-        node.log.event("gpu-summary-queued", job=job.job_id, devices=len(part["devices"]))
+        node.log.event(
+            "gpu-summary-queued", job=job.job_id, run=job.run, devices=len(part["devices"])
+        )
 
 
 def _release(node: Node, job: Job) -> int:

@@ -46,7 +46,7 @@ from slurmpool.pooling.shared import SharedGpu, choose
 from slurmpool.pooling.text import clean
 from slurmpool.records import record
 from slurmpool.state.db import StateStoreError, StoreBusy
-from slurmpool.state.store import ACTIVE, RELEASED, Allocation, NewAllocation
+from slurmpool.state.store import ACTIVE, RELEASED, RUN, Allocation, NewAllocation
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ def _mig(node: Node, job: Job, count: int) -> None:
                     owner_pid=me.pid,
                     owner_start=me.start,
                     # The job's allocated count on this node; the instances carved for it.
-                    details={"vgpu": count, PARTS: len(sizes)},
+                    details={"vgpu": count, PARTS: len(sizes), RUN: job.run},
                 )
             )
             planned.append((aid, m, profile, choice))
@@ -387,6 +387,7 @@ def _shared(node: Node, job: Job, count: int) -> None:
                     shares=n,
                     details={
                         PARTS: len(picked),
+                        RUN: job.run,
                         "total_shares": gpu.shares,
                         "mps": gpu.mps,
                         "memory_mib": gpu.memory_mib,
@@ -439,7 +440,7 @@ def _passthrough(node: Node, job: Job, whole: list[NodeGpu]) -> None:
         counters = backend.ecc_errors(index)
         health["ecc"] = counters if counters is not None else "not available"
         health["xid"] = "not available"  # NVML reports XIDs only as events, not counters
-        details: dict[str, object] = {PARTS: len(whole), "health": health}
+        details: dict[str, object] = {PARTS: len(whole), RUN: job.run, "health": health}
         binding = None
         if g.vfio:
             sysfs = vfio.Sysfs(node.config.path("sysfs_root"))

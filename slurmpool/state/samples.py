@@ -326,3 +326,10 @@ def prune(store: StateDB, retention: Retention, now: float | None = None) -> int
             "DELETE FROM job_device_totals WHERE last_t < ?", (t - retention.totals_age_s,)
         )
     return int(deleted)
+
+
+def forget_totals(store: StateDB, job_id: str) -> None:
+    """Drop ``job_id``'s running totals once a summary holds them, so a later run of the
+    job on this node (a requeue) is summarised from its own samples only."""
+    with store.transaction() as conn:
+        conn.execute("DELETE FROM job_device_totals WHERE job_id = ?", (job_id,))

@@ -30,6 +30,10 @@ INTENT = "intent"
 ACTIVE = "active"
 RELEASING = "releasing"
 RELEASED = "released"
+# The details key for the job's run (its restart count) that the prolog made a record in:
+# an epilog's own count is already the next run's after `scontrol requeue` (measured on
+# 22.05), the prolog's is the run's own.
+RUN = "run"
 LIVE_STATES = (INTENT, ACTIVE, RELEASING)
 
 # The allocations and requeues tables ("core": the name files already carry).

@@ -8,13 +8,15 @@ PYTHON ?= $(VENV)/bin/python
 SETUP ?= yes
 PYTEST_ARGS ?=
 
-.PHONY: help setup lint format typecheck test test-unit test-integration bench package-test fresh-check matrix demo clean
+.PHONY: help setup lint format typecheck test test-unit test-integration soak bench package-test fresh-check matrix demo clean
 
 help:
 	@echo "make setup          Debian packages + the $(VENV) venv with every test need (root)"
 	@echo "make demo           sandbox Slurm cluster with simulated GPUs, run jobs, show the pool"
 	@echo "make test           unit + integration tests (integration needs Slurm, see README)"
 	@echo "make lint           ruff (lint + format check) and mypy"
+	@echo "make soak           churn rounds with random seeds on the sandbox for SOAK_S seconds"
+	@echo "                    (default 1800; SOAK_SEED=N replays a seed; counts in soak-report.json)"
 	@echo "make bench          benchmarks (placement, generate-config, ...)"
 	@echo "make package-test   build a wheel, install it in a fresh venv, run it elsewhere"
 	@echo "make fresh-check    make demo and make test, literally, in a fresh minimal Debian root"
@@ -50,6 +52,14 @@ test-unit: setup
 
 test-integration: setup
 	$(STRICT) $(PYTHON) -m pytest -q tests/integration $(PYTEST_ARGS)
+
+# Churn rounds (tests/integration/churn.py), each with a new seed, until SOAK_S seconds pass.
+SOAK_S ?= 1800
+SOAK_SEED ?=
+soak: setup
+	SLURMPOOL_SOAK_S=$(SOAK_S) SLURMPOOL_SOAK_SEED=$(SOAK_SEED) \
+	SLURMPOOL_SOAK_REPORT=$(CURDIR)/soak-report.json \
+	$(STRICT) $(PYTHON) -m pytest -q -s tests/integration/test_churn.py -k test_soak $(PYTEST_ARGS)
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PYTHON) $$b || exit 1; done

@@ -15,9 +15,6 @@ by tests/test_monitor.py on a simulated H100.)
 from __future__ import annotations
 
 import json
-import pwd
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,10 +27,18 @@ import needs
 import pytest
 
 from slurmpool.accounting.codec import decode, find_token
-from slurmpool.sandbox import procs
 from slurmpool.sandbox.cluster import SandboxOptions
 
-from .conftest import TERMINAL, Cluster
+from .acct import (
+    admin_comment,
+    login_users,
+    outbox_items,
+    run_cli,
+    start_slurmdbd,
+    stop_slurmdbd,
+    wait_until_accounted,
+)
+from .conftest import Cluster
 from .polling import poll
 
 USERS = ("sp-acct-ann", "sp-acct-ben")  # this module's own users: per-user totals are exact
@@ -66,18 +71,9 @@ class Monitors:
 
 
 @pytest.fixture(scope="module")
-def users(cluster: Cluster) -> Iterator[tuple[str, str]]:
-    created = []
-    for user in USERS:
-        try:
-            pwd.getpwnam(user)
-        except KeyError:
-            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", user], check=True)
-            created.append(user)
-        cluster.sandbox.add_user(user)
-    yield USERS
-    for user in created:
-        subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
+def users(cluster: Cluster) -> Iterator[tuple[str, ...]]:
+    with login_users(cluster, USERS) as names:
+        yield names
 
 
 @pytest.fixture(scope="module")
@@ -134,26 +130,6 @@ def sampled(
     return devs[0]
 
 
-def admin_comment(cluster: Cluster, job: int) -> str | None:
-    res = cluster.slurm.run(
-        "sacct",
-        "-n",
-        "-X",
-        "-P",
-        "-j",
-        str(job),
-        "-o",
-        "JobIDRaw,AdminComment",
-        check=False,
-        timeout=15,
-    )
-    for line in res.stdout.splitlines():
-        jid, _, value = line.partition("|")
-        if jid == str(job):
-            return value
-    return None
-
-
 def stored_summary(cluster: Cluster, job: int, timeout_s: float = 45) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
         text = admin_comment(cluster, job)
@@ -163,22 +139,6 @@ def stored_summary(cluster: Cluster, job: int, timeout_s: float = 45) -> dict[st
     return doc
 
 
-def run_cli(
-    cluster: Cluster, *args: str, node: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "slurmpool", *args]
-    if node is not None:
-        argv = cluster.sandbox.on_node(node, argv)
-    return subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=cluster.slurm.child_env(),
-        check=False,
-    )
-
-
 # -- the tests, in the order they run --------------------------------------------------------
 
 JOBS: dict[str, int] = {}  # name -> job id, for the report at the end
@@ -186,7 +146,7 @@ UTIL: dict[str, float] = {}  # name -> mean utilisation in its summary
 
 
 def test_summaries_of_a_vgpu2_and_a_gpu1_job_reach_admin_comment(
-    cluster: Cluster, monitors: Monitors, users: tuple[str, str]
+    cluster: Cluster, monitors: Monitors, users: tuple[str, ...]
 ) -> None:
     ann, ben = users
     release = cluster.release_file("summaries")
@@ -237,7 +197,7 @@ def test_summaries_of_a_vgpu2_and_a_gpu1_job_reach_admin_comment(
 
 
 def test_running_job_metrics_and_jobstats_then_finished_jobstats(
-    cluster: Cluster, monitors: Monitors, users: tuple[str, str]
+    cluster: Cluster, monitors: Monitors, users: tuple[str, ...]
 ) -> None:
     ann, _ben = users
     release = cluster.release_file("running")
@@ -282,41 +242,6 @@ def _look_at_a_running_job(cluster: Cluster, mon: Monitord, ann: str, job: int) 
     assert view["devices"][0]["util_available"] is False
 
 
-def _slurmdbd(cluster: Cluster) -> procs.Daemon:
-    state = cluster.sandbox.state()
-    assert state is not None
-    return [d for d in state.daemons if d.name == "slurmdbd" and procs.is_running(d)][-1]
-
-
-def _restart_slurmdbd(cluster: Cluster, old: procs.Daemon) -> None:
-    """Start slurmdbd again like the sandbox did, recorded so `sandbox down` stops it."""
-    layout = cluster.sandbox.layout
-    env = cluster.sandbox.runner.child_env()
-    env["SLURM_CONF"] = cluster.state.slurm_conf
-    d = procs.spawn("slurmdbd", old.argv, layout.log("slurmdbd.out"), env, cwd=layout.root)
-    state = cluster.sandbox.state()
-    assert state is not None
-    state.daemons.append(d)
-    state.save(layout)
-
-
-def _outbox(cluster: Cluster, node: str) -> list[dict[str, Any]]:
-    res = run_cli(
-        cluster,
-        "accounting",
-        "status",
-        "--json",
-        "--node-config",
-        str(Path(cluster.state.slurm_conf).parent / "node-config.json"),
-        "--node",
-        node,
-        node=node,
-    )
-    assert res.returncode == 0, res.stderr
-    items: list[dict[str, Any]] = json.loads(res.stdout)
-    return items
-
-
 def _flush(cluster: Cluster, node: str) -> dict[str, Any]:
     res = run_cli(
         cluster,
@@ -337,7 +262,7 @@ def _flush(cluster: Cluster, node: str) -> dict[str, Any]:
 
 
 def test_summary_survives_slurmdbd_down_at_job_end_and_a_late_record_from_slurmctld(
-    cluster: Cluster, monitors: Monitors, users: tuple[str, str]
+    cluster: Cluster, monitors: Monitors, users: tuple[str, ...]
 ) -> None:
     """slurmdbd is down while the job ends, and slurmctld holds an AdminComment for the
     job (set with scontrol, as a requeue note is): slurmctld's job-complete record
@@ -357,8 +282,7 @@ def test_summary_survives_slurmdbd_down_at_job_end_and_a_late_record_from_slurmc
     except BaseException:
         release.touch()
         raise
-    dbd = _slurmdbd(cluster)
-    procs.stop([dbd], grace_s=10)
+    dbd = stop_slurmdbd(cluster)
     try:
         cluster.slurm.run(
             "scontrol", "update", f"jobid={job}", "AdminComment=site-note 7", timeout=15
@@ -368,20 +292,17 @@ def test_summary_survives_slurmdbd_down_at_job_end_and_a_late_record_from_slurmc
         pending = poll(
             "a failed push in sbx2's outbox",
             lambda: [
-                i for i in _outbox(cluster, "sbx2") if i["job"] == str(job) and i["attempts"] > 0
+                i
+                for i in outbox_items(cluster, "sbx2")
+                if i["job"] == str(job) and i["attempts"] > 0
             ],
             30,
         )
         assert "slurmdbd is not reachable" in pending[0]["last_error"]
         monitors.restart("sbx2")  # the outbox is on disk, not in monitord
-        assert [i["job"] for i in _outbox(cluster, "sbx2")].count(str(job)) == 1
+        assert [i["job"] for i in outbox_items(cluster, "sbx2")].count(str(job)) == 1
     finally:
-        _restart_slurmdbd(cluster, dbd)
-    poll(
-        "slurmdbd back",
-        lambda: cluster.slurm.run("sacctmgr", "-n", "list", "cluster", check=False, timeout=10).ok,
-        30,
-    )
+        start_slurmdbd(cluster, dbd)
     # By hand, not waiting for the backoff: the push waits until sacct shows the End.
     flushed = poll(
         "a flush that stores the summary",
@@ -396,7 +317,7 @@ def test_summary_survives_slurmdbd_down_at_job_end_and_a_late_record_from_slurmc
     # monitord checks it again after the settle time and only then lets it go
     poll(
         "the outbox to empty",
-        lambda: not any(i["job"] == str(job) for i in _outbox(cluster, "sbx2")),
+        lambda: not any(i["job"] == str(job) for i in outbox_items(cluster, "sbx2")),
         SETTLE_S + 60,
     )
     text = admin_comment(cluster, job)
@@ -412,49 +333,8 @@ def _elapsed(cluster: Cluster, job: int) -> int:
     return int(out.split()[0])
 
 
-def _sacct_states(cluster: Cluster, jobs: list[int]) -> str:
-    return cluster.slurm.run(
-        "sacct",
-        "-X",
-        "-n",
-        "-P",
-        "-j",
-        ",".join(map(str, jobs)),
-        "-o",
-        "JobIDRaw,State,End,ElapsedRaw",
-        check=False,
-        timeout=15,
-    ).stdout
-
-
-def wait_until_accounted(cluster: Cluster, jobs: list[int], timeout_s: float = 60) -> None:
-    """Wait until sacct shows every job terminal with a known End.
-
-    slurmctld's records reach the database seconds after a job ends, and up to
-    20 s late after slurmdbd was down (SLURM_FACTS.md); until then sacct's
-    Elapsed grows with the clock and a windowed query may not list the job.
-    """
-
-    def accounted() -> bool:
-        rows = {}
-        for line in _sacct_states(cluster, jobs).splitlines():
-            jid, state, end, _elapsed = line.split("|")
-            rows[jid] = (state.split(" ", 1)[0], end)
-        return all(
-            str(j) in rows and rows[str(j)][0] in TERMINAL and rows[str(j)][1] != "Unknown"
-            for j in jobs
-        )
-
-    poll(
-        f"jobs {jobs} terminal with a known End in sacct",
-        accounted,
-        timeout_s,
-        seen=lambda: _sacct_states(cluster, jobs),
-    )
-
-
 def test_report_over_these_jobs(
-    cluster: Cluster, monitors: Monitors, users: tuple[str, str], tmp_path: Path
+    cluster: Cluster, monitors: Monitors, users: tuple[str, ...], tmp_path: Path
 ) -> None:
     ann, ben = users
     assert set(JOBS) == {"mig", "whole", "running", "outage"}, "run the whole module"

@@ -132,7 +132,7 @@ def test_a_failed_summary_never_stops_the_release(
     def broken(*_a: object, **_kw: object) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(enqueue, "enqueue_from_hook", broken)
+    monkeypatch.setattr(enqueue, "enqueue_run", broken)
     err = io.StringIO()
     monkeypatch.setattr("sys.stderr", err)
     rc = main(["epilog", "--node-config", str(pool.config_path)], env, use_syslog=False)

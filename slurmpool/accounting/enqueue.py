@@ -189,6 +189,8 @@ def enqueue_run(
 ) -> dict[str, Any] | None:
     """Summarise the run of ``job_id`` that ended on ``node`` into the outbox, if the
     node saw GPU use, then drop the job's running totals (the summary holds them).
+    The epilog calls it with its own store connection, opened with the samples and
+    the outbox, and its restart count as ``run``.
 
     ``run`` is used only where the job's records name none (:func:`run_of`).
     Returns the summary part, or None for a job with neither allocations nor
@@ -212,17 +214,3 @@ def enqueue_run(
     )
     forget_totals(store, job_id)
     return part
-
-
-def enqueue_from_hook(
-    store: NodeStore,
-    *,
-    node: str,
-    job_id: str,
-    cluster: str | None,
-    user: str | None,
-    run: int = 0,
-) -> dict[str, Any] | None:
-    """The epilog's call (:func:`enqueue_run`): ``run`` is the epilog's restart count.
-    ``store`` is the hook's own connection, opened with the samples and the outbox."""
-    return enqueue_run(store, node=node, job_id=job_id, cluster=cluster, user=user, run=run)

@@ -51,9 +51,9 @@ def _summarise(node: Node, job: Job) -> None:
     if not node.config.accounting or not node.has_store():
         return
     try:
-        from slurmpool.accounting.enqueue import enqueue_from_hook
+        from slurmpool.accounting.enqueue import enqueue_run
 
-        part = enqueue_from_hook(
+        part = enqueue_run(
             node.store(),
             node=node.name,
             job_id=job.job_id,

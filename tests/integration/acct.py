@@ -4,7 +4,6 @@ own, slurmdbd stopped and started by PID, the outbox, and what sacct holds."""
 from __future__ import annotations
 
 import json
-import pwd
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from typing import Any
 
 from slurmpool.sandbox import procs
 
-from .conftest import TERMINAL, Cluster
+from .conftest import TERMINAL, Cluster, make_unix_users
 from .polling import poll
 
 
@@ -38,14 +37,8 @@ def run_cli(
 @contextmanager
 def login_users(cluster: Cluster, names: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
     """Unix users with an association in the sandbox; those made here are removed after."""
-    created = []
-    for user in names:
-        try:
-            pwd.getpwnam(user)
-        except KeyError:
-            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", user], check=True)
-            created.append(user)
-        cluster.sandbox.add_user(user)
+    created = make_unix_users(names)
+    cluster.sandbox.add_user(*names)
     try:
         yield names
     finally:

@@ -129,15 +129,20 @@ class Cluster:
         return path.read_text() if path.exists() else ""
 
 
-def _ensure_users() -> list[str]:
+def make_unix_users(names: Sequence[str]) -> list[str]:
+    """Create those of ``names`` that do not exist; returns the ones created."""
     created = []
-    for user in USERS:
+    for user in names:
         try:
             pwd.getpwnam(user)
         except KeyError:
             subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", user], check=True)
             created.append(user)
     return created
+
+
+def _ensure_users() -> list[str]:
+    return make_unix_users(USERS)
 
 
 def _keep_logs(sandbox: Sandbox, nodes: Sequence[str], dest: Path) -> None:

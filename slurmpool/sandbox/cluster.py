@@ -864,7 +864,21 @@ class Sandbox:
 
     @staticmethod
     def _add_users(slurm: Runner, users: Sequence[str]) -> None:
-        if not users:
+        # Only users without the association: asked to add nothing new, sacctmgr exits 0
+        # with "Nothing new added" on 22.05 but 1 with "Nothing added" on 24.11 and later.
+        have = slurm.run(
+            "sacctmgr",
+            "-n",
+            "-P",
+            "show",
+            "assoc",
+            "where",
+            f"account={ACCOUNT}",
+            "format=User",
+            timeout=30,
+        ).stdout.split()
+        missing = [u for u in dict.fromkeys(users) if u not in have]
+        if not missing:
             return
         # DefaultAccount: a job that names no account is charged to this one.
         res = slurm.run(
@@ -872,15 +886,27 @@ class Sandbox:
             "-i",
             "add",
             "user",
-            ",".join(users),
+            ",".join(missing),
             f"Account={ACCOUNT}",
             f"DefaultAccount={ACCOUNT}",
             timeout=30,
             check=False,
         )
+        if not res.ok:
+            said = f"{res.stdout}{res.stderr}".strip()
+            raise SandboxError(
+                f"sacctmgr add user {','.join(missing)}: {said} (Slurm 24.11 and later also "
+                "refuse a user whose uid an association of a removed user still holds: "
+                "`sacctmgr -i delete user OLD_NAME`)"
+            )
+
+    def remove_user(self, *users: str) -> None:
+        """Delete the associations of ``users`` from the sandbox's accounting; do it before
+        the Unix user goes, or a new user given the same uid cannot be added (24.11+)."""
+        res = self.slurm().run("sacctmgr", "-i", "delete", "user", ",".join(users), check=False)
         said = f"{res.stdout}{res.stderr}".strip()
-        if not res.ok and "Nothing new added" not in said:
-            raise SandboxError(f"sacctmgr add user {','.join(users)}: {said}")
+        if not res.ok and "Nothing deleted" not in said:
+            raise SandboxError(f"sacctmgr delete user {','.join(users)}: {said}")
 
     # -- down --
 

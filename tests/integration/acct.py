@@ -42,6 +42,9 @@ def login_users(cluster: Cluster, names: tuple[str, ...]) -> Iterator[tuple[str,
     try:
         yield names
     finally:
+        # Their associations go first: Slurm 24.11+ refuses a later user given the same uid.
+        if created:
+            cluster.sandbox.remove_user(*created)
         for user in created:
             subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pwd
 import subprocess
 import sys
 import urllib.request
@@ -15,7 +16,7 @@ from slurmpool.sandbox.cluster import SandboxError, SandboxOptions, SandboxRunni
 from slurmpool.slurm.gres import gres_totals, parse_gres
 from slurmpool.slurm.parse import parse_nodes
 
-from .conftest import Cluster
+from .conftest import Cluster, make_unix_users
 
 
 def test_started_quickly(cluster: Cluster) -> None:
@@ -80,6 +81,39 @@ def test_jobs_run_and_complete(cluster: Cluster, gres: str) -> None:
     # sp-alice existed before up: up gave her an association in the default account.
     assert sacct.startswith("COMPLETED|sandbox|")
     assert f"gres/{gres.split(':')[0]}={gres.split(':')[1]}" in sacct
+
+
+def _sandbox_users(cluster: Cluster) -> list[str]:
+    return cluster.slurm.run(
+        "sacctmgr", "-n", "-P", "show", "assoc", "where", "account=sandbox", "format=User"
+    ).stdout.split()
+
+
+def test_adding_users_that_have_their_association_changes_nothing(cluster: Cluster) -> None:
+    # sacctmgr refuses a request that adds nothing on 24.11 and later (22.05 accepts it):
+    # add-user asks only for the associations that are missing.
+    before = _sandbox_users(cluster)
+    assert {"root", "sp-alice", "sp-bob"} <= set(before)
+    cluster.sandbox.add_user("sp-alice", "root", "sp-alice")
+    assert _sandbox_users(cluster) == before
+
+
+def test_a_removed_users_uid_can_go_to_a_new_user(cluster: Cluster) -> None:
+    # Measured on 24.11: while an association of a deleted Unix user remains, a new user
+    # given the same uid cannot be added ("Request didn't affect anything").
+    make_unix_users(["sp-gone"])
+    uid = pwd.getpwnam("sp-gone").pw_uid
+    cluster.sandbox.add_user("sp-gone")
+    cluster.sandbox.remove_user("sp-gone")
+    subprocess.run(["userdel", "--remove", "sp-gone"], check=True, capture_output=True)
+    subprocess.run(["useradd", "--uid", str(uid), "sp-next"], check=True, capture_output=True)
+    try:
+        cluster.sandbox.add_user("sp-next")
+        users = _sandbox_users(cluster)
+        assert "sp-next" in users and "sp-gone" not in users
+    finally:
+        cluster.sandbox.remove_user("sp-next")
+        subprocess.run(["userdel", "--remove", "sp-next"], check=False, capture_output=True)
 
 
 def test_doctor_passes_on_each_node(cluster: Cluster) -> None:

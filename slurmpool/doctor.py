@@ -26,7 +26,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,13 @@ from slurmpool.configgen.nodeconfig import (
 from slurmpool.hostlist import HostList, HostlistError
 from slurmpool.install import HOOKS, INCLUDE_MARKER, STATE_DIR_MODE, under
 from slurmpool.slurm.conf import scan_conf, strip_comment
-from slurmpool.slurm.parse import gres_totals, parse_gres, parse_nodes, parse_slurmd_gres
+from slurmpool.slurm.parse import (
+    GresConfEntry,
+    gres_totals,
+    parse_gres,
+    parse_nodes,
+    parse_slurmd_gres,
+)
 from slurmpool.slurm.runner import Runner, SlurmCommandError
 from slurmpool.slurm.version import SlurmVersionError, detect_version, parse_version
 
@@ -447,6 +453,21 @@ def _gres_conf_entries(text: str, node: str) -> dict[tuple[str, str | None], tup
     return out
 
 
+def slurmd_gres_totals(
+    entries: Iterable[GresConfEntry],
+) -> dict[tuple[str, str | None], tuple[int, set[str]]]:
+    """(name, type) -> (count, files) of what ``slurmd -G`` parsed.  Once a node has
+    shards, slurmd also lists an empty ``shard`` for every other gpu type: left out."""
+    have: dict[tuple[str, str | None], tuple[int, set[str]]] = {}
+    for entry in entries:
+        if entry.count == 0 and entry.name == "shard":
+            continue
+        key = (entry.name, entry.type)
+        count, files = have.get(key, (0, set()))
+        have[key] = (count + entry.count, files | ({entry.file} if entry.file else set()))
+    return have
+
+
 def check_slurmd_gres(config: NodeConfig, opts: DoctorOptions, runner: Runner) -> Iterator[Finding]:
     gres_conf = os.path.join(config.paths["slurm_config_dir"], GRES_CONF)
     try:
@@ -472,11 +493,7 @@ def check_slurmd_gres(config: NodeConfig, opts: DoctorOptions, runner: Runner) -
             "check the device files gres.conf names exist on this node (character devices)",
         )
         return
-    have: dict[tuple[str, str | None], tuple[int, set[str]]] = {}
-    for entry in entries:
-        key = (entry.name, entry.type)
-        count, files = have.get(key, (0, set()))
-        have[key] = (count + entry.count, files | ({entry.file} if entry.file else set()))
+    have = slurmd_gres_totals(entries)
     if have != want:
 
         def fmt(d: dict[tuple[str, str | None], tuple[int, set[str]]]) -> str:

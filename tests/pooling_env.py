@@ -65,13 +65,14 @@ exit 0
 """
 
 
-def squeue_line(job_id: str, vgpu: int = 0, nodes: str = NODE) -> str:
-    """The line ``read_allocation``'s squeue call prints (as 22.05 does)."""
+def squeue_line(job_id: str, vgpu: int = 0, nodes: str = NODE, gres: str = "vgpu") -> str:
+    """The line ``read_allocation``'s squeue call prints (as 22.05 does); ``gres``:
+    what the pool counts (``shard`` where job_submit.lua rewrote the request)."""
     count = len(expand(nodes))
     tres = f"cpu={count},mem={100 * count}M,node={count},billing={count}"
     if vgpu:
-        tres += f",gres/vgpu={vgpu * count}"
-    return f"{job_id}|{nodes}|{f'gres:vgpu:{vgpu}' if vgpu else 'N/A'}|{tres}|\n"
+        tres += f",gres/{gres}={vgpu * count}"
+    return f"{job_id}|{nodes}|{f'gres:{gres}:{vgpu}' if vgpu else 'N/A'}|{tres}|\n"
 
 
 def gpu_entry(index: int, model: str, mode: str, **kw: Any) -> dict[str, Any]:
@@ -109,11 +110,13 @@ class Pool:
         path = self.bin_dir / "calls.log"
         return path.read_text().splitlines() if path.exists() else []
 
-    def set_allocation(self, job_id: str, vgpu: int = 0, admin_comment: str = "") -> None:
+    def set_allocation(
+        self, job_id: str, vgpu: int = 0, admin_comment: str = "", gres: str = "vgpu"
+    ) -> None:
         """What slurmctld allocated to the job on this node (what the fake squeue prints)."""
         jobs = self.bin_dir / "jobs"
         jobs.mkdir(exist_ok=True)
-        (jobs / f"{job_id}.alloc").write_text(squeue_line(job_id, vgpu))
+        (jobs / f"{job_id}.alloc").write_text(squeue_line(job_id, vgpu, gres=gres))
         (jobs / f"{job_id}.comment").write_text(f"{job_id}|{admin_comment or '(null)'}|\n")
 
     def set_json(self, job_id: str, text: str) -> None:

@@ -11,6 +11,7 @@ from slurm_node import NODE_SLURM
 
 from slurmpool.configgen.render import generate
 from slurmpool.policy.loader import load_policy
+from slurmpool.slurm.version import InstalledSlurm, parse_version
 from slurmpool.templates import lua_string
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,3 +236,67 @@ def test_lines_posing_as_slurm_keys_are_logged_and_change_nothing(
     assert tres == ("gres:vgpu:1" if cid == "forged-line-name" else "<nil>")
     clean = mixed_results["exact-3"][5]
     assert "forgery-attempt" not in clean
+
+
+@pytest.fixture(scope="module")
+def shared_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    """examples/shared-pool.yaml: viz = L40S in 4 shares, desktop = A10 in 2."""
+    tmp = tmp_path_factory.mktemp("lua-shared")
+    slurm = InstalledSlurm(parse_version("24.11.5"), "slurmd -V")  # with Extra
+    files = generate(load_policy(ROOT / "examples" / "shared-pool.yaml"), installed=slurm).files
+    script = tmp / "job_submit.lua"
+    script.write_text(files["job_submit.lua"])
+    cases: list[tuple[str, dict[str, str], dict[str, str] | None]] = [
+        ("one-share", {"tres_per_node": "gres:vgpu:1"}, None),
+        ("new-form", {"tres_per_node": "gres/vgpu:3", "partition": "viz"}, None),
+        ("whole-gpu-as-shares", {"tres_per_node": "gres:vgpu:4"}, None),
+        ("two-gpus", {"tres_per_node": "gres:vgpu:8"}, None),
+        ("desktop-two", {"tres_per_node": "gres:vgpu:4", "partition": "desktop"}, None),
+        ("with-gpu", {"tres_per_node": "gres:gpu:a10:1,gres:vgpu:1", "partition": "desktop"}, None),
+        ("shard-direct", {"tres_per_node": "gres:shard:2"}, None),
+        ("shard-new-form", {"tres_per_node": "gres/shard:1,gres/vgpu:1"}, None),
+        ("shard-per-task", {"tres_per_task": "gres/shard:1"}, None),
+        ("multi-sizes", {"tres_per_node": "gres:vgpu:1", "partition": "viz,desktop"}, None),
+        ("modify-to-shard", {"tres_per_node": "gres:shard:4"}, {"partition": "viz"}),
+        ("modify-vgpu", {"tres_per_node": "gres:vgpu:2"}, {"partition": "viz"}),
+    ]
+    return run_cases(script, cases, tmp)
+
+
+@pytest.mark.parametrize(
+    ("cid", "tres", "extra"),
+    [
+        ("one-share", "gres:shard:1", "slurmpool:vgpu=1"),
+        ("new-form", "gres/shard:3", "slurmpool:vgpu=3"),
+        ("whole-gpu-as-shares", "gres:shard:4", "slurmpool:vgpu=4"),
+        ("with-gpu", "gres:gpu:a10:1,gres:shard:1", "slurmpool:vgpu=1"),
+        ("modify-vgpu", "gres:shard:2", "slurmpool:vgpu=2"),
+        ("multi-sizes", "gres:shard:1", "slurmpool:vgpu=1"),
+    ],
+)
+def test_shared_requests_become_shards(
+    shared_results: dict[str, tuple], cid: str, tres: str, extra: str
+) -> None:
+    rc, got_tres, got_extra, _name, logs, _infos = shared_results[cid]
+    assert (rc, got_tres, got_extra, logs) == (SUCCESS, tres, extra, "")
+
+
+@pytest.mark.parametrize(
+    ("cid", "fragment"),
+    [
+        (
+            "two-gpus",
+            "a job's shares come from one GPU (4 shares); ask for at most vgpu:4, "
+            "or for whole GPUs with --gres=gpu:2",
+        ),
+        ("desktop-two", "ask for at most vgpu:2, or for whole GPUs with --gres=gpu:2"),
+        ("shard-direct", "ask for a share of a GPU as --gres=vgpu:N, not as shard"),
+        ("shard-new-form", "not as shard"),
+        ("shard-per-task", "not as shard"),
+        ("modify-to-shard", "not as shard"),
+    ],
+)
+def test_shared_rejections(shared_results: dict[str, tuple], cid: str, fragment: str) -> None:
+    rc, _tres, _extra, _name, logs, _infos = shared_results[cid]
+    assert rc == ERROR
+    assert fragment in logs

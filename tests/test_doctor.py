@@ -204,3 +204,24 @@ def test_slurm_version_check(tmp_path: Path, said: str, ok: bool, message: str) 
     assert message in finding.message
     if not ok and "generated for" in message:
         assert "slurmpool install --policy POLICY" in (finding.fix or "")
+
+
+def test_slurmd_totals_leave_out_the_empty_shard_of_each_other_gpu_type() -> None:
+    from slurmpool.doctor import slurmd_gres_totals
+    from slurmpool.slurm.parse import parse_slurmd_gres
+
+    # As slurmd -G (22.05) printed examples/shared-pool.yaml's A10 node.
+    out = "".join(
+        f"slurmd-a10-001: Gres Name={n} Type={t} Count={c} Index={i} ID=1 "
+        f"File=/dev/nvidia{i} (null)\n"
+        for n, t, c, i in [
+            ("shard", "a10_shared", 2, 0),
+            ("gpu", "a10_shared", 1, 0),
+            ("shard", "a10_shared", 2, 1),
+            ("gpu", "a10_shared", 1, 1),
+            ("shard", "a10", 0, 2),
+            ("gpu", "a10", 1, 2),
+        ]
+    )
+    totals = {k: c for k, (c, _) in slurmd_gres_totals(parse_slurmd_gres(out)).items()}
+    assert totals == {("gpu", "a10_shared"): 2, ("gpu", "a10"): 1, ("shard", "a10_shared"): 4}

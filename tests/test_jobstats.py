@@ -167,3 +167,10 @@ def test_a_job_neither_slurmctld_nor_accounting_knows_is_an_error(tmp_path: Path
     assert "job 9 is not in accounting (sacct shows no record) nor known to slurmctld" in (
         res.output
     )
+
+
+def test_shards_are_the_jobs_vgpu_units() -> None:
+    fields = {**FIELDS, "ReqTRES": "cpu=1,gres/shard=3", "AllocTRES": "cpu=1,gres/shard=3,node=1"}
+    view = build_view(fields, None, running=False, catalogue=default_catalogue())
+    assert view.requested["vgpu"] == 3 and view.allocated["vgpu"] == 3
+    assert view.allocated["gpu"] is None

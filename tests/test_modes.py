@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmpool.modes import ALLOCATED_MODES, MODES, DeviceKind, GpuMode
-from slurmpool.pooling import prolog, release
+from slurmpool.pooling import release
 from slurmpool.state import store
 
 
@@ -35,10 +35,6 @@ def test_words_are_the_policy_words() -> None:
 )
 def test_what_each_mode_is(mode: GpuMode, pooled: bool, mig: bool, kind: DeviceKind) -> None:
     assert (mode.pooled, mode.mig_enabled, mode.device_kind) == (pooled, mig, kind)
-
-
-def test_every_pooled_mode_has_an_allocator() -> None:
-    assert set(prolog._POOLED_ALLOCATORS) == {m for m in GpuMode if m.pooled}
 
 
 def test_every_allocated_mode_can_be_undone() -> None:

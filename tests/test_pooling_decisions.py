@@ -21,13 +21,13 @@ from slurmpool.pooling.jobfile import JobFileError, export_line, job_file
 from slurmpool.pooling.mig import plan_instances
 from slurmpool.pooling.request import (
     RequestError,
+    job_gpus,
     mig_profiles,
-    passthrough_gpus,
-    shares_wanted,
+    split_shards,
     vgpu_claimed_in_extra,
 )
 from slurmpool.pooling.requeue import clean
-from slurmpool.pooling.shared import SharedGpu, choose, mps_env
+from slurmpool.pooling.shared import free_shares, mps_env
 
 A100 = "A100-SXM4-80GB"
 TABLE = {
@@ -92,13 +92,6 @@ def test_mig_profiles_refused(count: int) -> None:
         mig_profiles(count, 7, TABLE.get)
 
 
-def test_shares_wanted() -> None:
-    assert shares_wanted(3, 4) == (3,)
-    assert shares_wanted(8, 4) == (4, 4)
-    with pytest.raises(RequestError):
-        shares_wanted(6, 4)
-
-
 def _node_class(gpus: list[tuple[str, int]]):  # type: ignore[no-untyped-def]
     data = {
         "schema": 1,
@@ -141,14 +134,38 @@ def _node_class(gpus: list[tuple[str, int]]):  # type: ignore[no-untyped-def]
 def test_slurm_job_gpus_index_the_gpu_gres_entries() -> None:
     # Measured on 22.05: the sandbox's only whole GPU (/dev/nvidia2) arrives as "0".
     cls = _node_class([("mig", 0), ("mig", 0), ("passthrough", 0)])
-    assert [g.index for g in passthrough_gpus("0", cls)] == [2]
+    assert [g.index for g in job_gpus("0", cls)] == [2]
+    # By type in Gres= order (the lowest GPU with the type first), then GPU order:
+    # a100 = GPUs 0 and 2, then a100_1g.10gb = GPU 1's two instances.
     cls = _node_class([("passthrough", 0), ("mig-static", 2), ("passthrough", 0)])
-    assert [g.index for g in passthrough_gpus("0,3", cls)] == [0, 2]
-    assert passthrough_gpus("1", cls) == []  # an instance of the fixed layout
+    assert [g.index for g in job_gpus("0,1", cls)] == [0, 2]
+    assert job_gpus("3", cls) == []  # an instance of the fixed layout
     with pytest.raises(RequestError, match="not one of"):
-        passthrough_gpus("7", cls)
+        job_gpus("7", cls)
     with pytest.raises(RequestError):
-        passthrough_gpus("0;id", cls)
+        job_gpus("0;id", cls)
+    # Shared GPUs are gpu entries too (each with its shards), typed a100_shared.
+    cls = _node_class([("shared", 0), ("passthrough", 0), ("shared", 0)])
+    assert [g.index for g in job_gpus("0", cls)] == [0]
+    assert [g.index for g in job_gpus("1", cls)] == [2]
+    assert [g.index for g in job_gpus("2", cls)] == [1]
+
+
+def test_shards_come_from_the_one_shared_gpu_named() -> None:
+    cls = _node_class([("shared", 0), ("shared", 0), ("passthrough", 0)])
+    whole, shard = split_shards(job_gpus("1", cls), 3)
+    assert (whole, shard and shard.index) == ([], 1)
+    whole, shard = split_shards(job_gpus("2,0", cls), 1)
+    assert ([g.index for g in whole], shard and shard.index) == ([2], 0)
+    # No shards: a shared GPU named was given whole (gpu:1 landing on it).
+    whole, shard = split_shards(job_gpus("0,2", cls), 0)
+    assert ([g.index for g in whole], shard) == ([2, 0], None)
+    with pytest.raises(
+        RequestError, match="exactly one shared GPU; SLURM_JOB_GPUS names shared GPUs 0, 1"
+    ):
+        split_shards(job_gpus("0,1", cls), 2)
+    with pytest.raises(RequestError, match="names shared GPUs none"):
+        split_shards(job_gpus("2", cls), 2)
 
 
 def test_plan_whole_gpus_takes_distinct_gpus(catalogue: Catalogue) -> None:
@@ -168,18 +185,14 @@ def test_plan_fragmented_4g_has_no_room(catalogue: Catalogue) -> None:
     assert plan_instances(gpus, ["2g"]) is not None
 
 
-def test_shared_picks_the_gpu_with_most_free_shares() -> None:
-    gpus = [SharedGpu(i, f"GPU-{i}", 4, True, 48000) for i in range(3)]
-    used = [allocation(gpu_index=0, shares=1), allocation(gpu_index=1, shares=3)]
-    (pick,) = choose(gpus, used, (2,)) or []
-    assert (pick[0].index, pick[1]) == (2, 2)
-    used.append(allocation(gpu_index=2, shares=2))
-    (pick,) = choose(gpus, used, (3,)) or []
-    assert pick[0].index == 0  # 3 free on GPU 0, 1 on GPU 1, 2 on GPU 2
-    assert choose(gpus, used, (4,)) is None
-    assert choose(gpus, [], (4, 4)) is not None
-    two = choose(gpus, [], (4, 4)) or []
-    assert len({g.index for g, _ in two}) == 2
+def test_free_shares_count_live_shared_records() -> None:
+    used = [
+        allocation(gpu_index=0, shares=1),
+        allocation(gpu_index=1, shares=3),
+        allocation(gpu_index=0, shares=2),
+        allocation(mode=GpuMode.MIG, gpu_index=2, shares=None),
+    ]
+    assert free_shares([(0, 4), (1, 4), (2, 4)], used) == {0: 1, 1: 1, 2: 4}
 
 
 def test_mps_env_is_proportional() -> None:

@@ -471,35 +471,79 @@ def test_nvml_unreachable_is_a_broken_node(pool: Pool) -> None:
 # -- shared ------------------------------------------------------------------------
 
 
-def test_shared_shares_and_mps_limits(tmp_path: Path) -> None:
+def _shared_pool(tmp_path: Path) -> Pool:
     model = "L40S-48GB"
-    pool = make_pool(
+    return make_pool(
         tmp_path,
         gpus=[
             (model, "shared", {"shares": 4, "mps": True}),
             (model, "shared", {"shares": 4, "mps": True}),
+            (model, "passthrough", {}),
         ],
         vgpu_unit="share",
         units_per_gpu=4,
     )
-    envs = [pool.env(str(900 + i), vgpu=n) for i, n in enumerate([3, 2, 1])]
+
+
+def _shard_env(pool: Pool, job_id: str, shards: int, job_gpus: str) -> dict[str, str]:
+    """A shard job's prolog environment: slurmd names the shards' GPU in SLURM_JOB_GPUS."""
+    env = pool.env(job_id, SLURM_JOB_GPUS=job_gpus, SLURM_JOB_EXTRA=f"slurmpool:vgpu={shards}")
+    pool.set_allocation(job_id, shards, gres="shard")
+    return env
+
+
+def test_shared_shares_on_the_gpu_slurm_chose_with_mps_limits(tmp_path: Path) -> None:
+    pool = _shared_pool(tmp_path)
+    envs = [_shard_env(pool, "900", 3, "0"), _shard_env(pool, "901", 2, "1")]
+    envs.append(_shard_env(pool, "902", 1, "1"))
     for env in envs:
-        assert pool.hook("prolog", env)[0] == 0
+        rc, _, err = pool.hook("prolog", env)
+        assert rc == 0, err
     with pool.store() as store:
-        placed = {a.job_id: (a.gpu_index, a.shares) for a in store.live()}
-    # 3 -> GPU 0 (both free), 2 -> GPU 1 (4 free beats 1), 1 -> GPU 1 (2 free beats 1).
-    assert placed == {"900": (0, 3), "901": (1, 2), "902": (1, 1)}
+        placed = {a.job_id: (a.mode, a.gpu_index, a.shares) for a in store.live()}
+    assert placed == {"900": ("shared", 0, 3), "901": ("shared", 1, 2), "902": ("shared", 1, 1)}
+    from slurmpool.pooling.status import node_status
+
+    node = pool.node(ListLog())
+    data = node_status(node)
+    node.close()
+    assert [g.get("free_shares") for g in data["gpus"]] == [1, 1, None]
     _, out, _ = pool.hook("task-prolog", envs[0])
     got = exports_of(out)
-    assert got["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
+    with pool.backend() as b:
+        assert got["CUDA_VISIBLE_DEVICES"] == b.gpu(0).uuid
     assert got["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "75"
     assert got["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith("0=")
-    rc, _, err = pool.hook("prolog", pool.env("903", vgpu=2))
-    assert rc == 0 and "action=requeue " in err  # 1 + 1 free shares, not 2 on one GPU
     for env in envs:
         assert pool.hook("epilog", env)[0] == 0
     with pool.store() as store:
         assert store.live() == []
+
+
+def test_a_shared_gpu_given_whole_is_a_whole_gpu(tmp_path: Path) -> None:
+    pool = _shared_pool(tmp_path)
+    env = pool.env("910", SLURM_JOB_GPUS="1,2")  # gpu:2, one of them a shared GPU
+    pool.set_allocation("910")
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    with pool.store() as store:
+        got = sorted((a.mode, a.gpu_index, a.shares) for a in store.for_job("910"))
+    assert got == [("passthrough", 1, None), ("passthrough", 2, None)]
+    assert pool.hook("epilog", env)[0] == 0
+
+
+@pytest.mark.parametrize(("job_gpus", "why"), [("0,1", "names shared GPUs 0, 1"), ("", "none")])
+def test_shards_without_one_gpu_named_are_held(tmp_path: Path, job_gpus: str, why: str) -> None:
+    pool = _shared_pool(tmp_path)
+    env = _shard_env(pool, "920", 2, job_gpus)
+    if not job_gpus:
+        del env["SLURM_JOB_GPUS"]
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    assert "requeuehold 920" in pool.calls
+    assert why in err
+    with pool.store() as store:
+        assert store.for_job("920") == []
 
 
 # -- passthrough ------------------------------------------------------------------------

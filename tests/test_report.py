@@ -244,3 +244,10 @@ def test_gpu_hours_of_short_jobs_are_not_shown_as_zero() -> None:
     assert gpu_hours(0.0027777) == "0.0028"
     assert gpu_hours(0.01) == "0.01"
     assert gpu_hours(12.345) == "12.35"
+
+
+def test_shards_without_a_summary_count_as_vgpu_units() -> None:
+    # Shares of a shared GPU are allocated as shards (job_submit.lua rewrites vgpu:N).
+    agg = Aggregator(_ts("2026-11-02T00:00:00"), _ts("2026-11-03T00:00:00"), vgpu_units=4)
+    agg.add_lines([_line("8", "erin", "2026-11-02T10:00:00", 3600, "cpu=1,gres/shard=2,node=1")])
+    assert agg.result().groups["user"]["erin"].alloc_h == pytest.approx(0.5)

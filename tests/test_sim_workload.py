@@ -272,3 +272,16 @@ def test_mig_capabilities_decide_who_may_use_an_instance(
     out = _as_nobody(py, state, inst.uuid)
     assert out.returncode == 0, out.stderr
     assert b.processes(0) == []  # deregistered on exit
+
+
+def test_an_open_the_cgroup_lets_through_is_not_a_denial(tmp_path: Path) -> None:
+    # A regular file stands in for a node without root; a mknod'd node has no driver
+    # behind it (ENXIO).  Only EPERM, the device cgroup's answer, is the cgroup's
+    # refusal: the sandbox's integration tests see that one under ConstrainDevices.
+    from slurmpool.sim.devices import NVIDIA_MAJOR, make_node
+    from slurmpool.sim.workload import open_refusal
+
+    node = tmp_path / "nvidia0"
+    make_node(node, NVIDIA_MAJOR, 0, 0o666)
+    assert open_refusal(node, os.O_RDWR) is None
+    assert open_refusal(tmp_path / "nvidia9", os.O_RDWR) == "permission"  # no such node

@@ -158,6 +158,23 @@ def _job_json(jobs: list[dict[str, object]] | None = None, **job: object) -> str
     return json.dumps({"jobs": jobs if jobs is not None else [{**base, **job}], "errors": []})
 
 
+def test_shards_are_read_like_vgpu() -> None:
+    # A vgpu request on shared GPUs, as job_submit.lua rewrote it (24.11 JSON shape).
+    text = _job_json(
+        nodes="n1",
+        tres_per_node="gres/shard:3",
+        tres_alloc_str="cpu=1,node=1,gres/shard=3",
+        gres_detail=["shard:a100_shared:3(IDX:1)"],
+        job_resources={"nodes": {"allocation": [{"index": 0, "name": "n1"}]}},
+    )
+    alloc = allocation_from_json(text, "5")
+    assert (alloc.on("n1").count("shard"), alloc.on("n1").count("vgpu")) == (3, 0)
+    line = "5|n1|gres:shard:3|cpu=1,node=1,gres/shard=3|\n"
+    assert allocation_from_squeue(line, "5").on("n1").count("shard") == 3
+    with pytest.raises(AllocationError, match="gres/shard=6 allocated"):
+        allocation_from_squeue(line.replace("shard=3", "shard=6"), "5")
+
+
 def test_json_pairs_each_node_with_its_entry_by_job_resources() -> None:
     text = _job_json(
         gres_detail=["gpu:a100:1(IDX:0),vgpu(CNT:2)", "gpu:a100:2(IDX:0-1),vgpu(CNT:2)"],
@@ -194,6 +211,14 @@ def test_json_array_master_id_lists_every_task_and_picks_ours() -> None:
         (_job_json(nodes="n[1-"), "job 5"),
         (
             _job_json(
+                tres_per_node="gres/shard:2",
+                tres_alloc_str="cpu=2,node=2,gres/shard=4",
+                gres_detail=["shard:a100_shared:2(IDX:0)", "shard:a100_shared:3(IDX:1)"],
+            ),
+            "n2 has shard:3",
+        ),
+        (
+            _job_json(
                 gres_detail=["gpu:1,vgpu(CNT:2)", "vgpu(CNT:2)"],
                 job_resources={},
             ),
@@ -224,6 +249,7 @@ def test_json_array_master_id_lists_every_task_and_picks_ours() -> None:
         "unrequested-vgpu",
         "total-disagrees",
         "hostlist",
+        "shards-disagree",
         "unpaired",
         "other-node",
     ],

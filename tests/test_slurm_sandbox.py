@@ -19,6 +19,7 @@ from slurmpool.sandbox.cluster import (
     SandboxOptions,
     base_slurm_conf,
     free_port_block,
+    host_fences_devices,
     monitord_argv,
     namespace_argv,
     slurmdbd_conf,
@@ -89,7 +90,7 @@ def test_state_round_trip(tmp_path: Path) -> None:
 def test_base_conf_is_loopback_with_short_credentials(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
     ports = {"slurmctld": 20001, "slurmdbd": 20002, "mariadb": 20003, "slurmd": 20004}
-    conf = settings(base_slurm_conf(layout, "sbx", ports))
+    conf = settings(base_slurm_conf(layout, "sbx", ports, fence_devices=False))
     assert conf["clustername"] == "sbx"
     assert conf["slurmctldhost"] == "localhost(127.0.0.1)"
     assert conf["authinfo"] == f"socket={layout.munge_socket},cred_expire=10"
@@ -102,9 +103,18 @@ def test_base_conf_is_loopback_with_short_credentials(tmp_path: Path) -> None:
     assert conf["selecttype"] == "select/cons_tres"
     assert conf["slurmdparameters"] == "config_overrides"
     assert conf["prolog"] == str(layout.site_dir / "prolog.sh")
+    fenced = settings(base_slurm_conf(layout, "sbx", ports, fence_devices=True))
+    assert (fenced["proctracktype"], fenced["taskplugin"]) == ("proctrack/cgroup", "task/cgroup")
     dbd = settings(slurmdbd_conf(layout, ports, "pw"))
     assert dbd["dbdaddr"] == "127.0.0.1" and dbd["storagehost"] == "127.0.0.1"
     assert dbd["storageport"] == "20003" and dbd["authinfo"] == f"socket={layout.munge_socket}"
+
+
+def test_devices_are_fenced_where_the_cgroup_v1_devices_controller_is(tmp_path: Path) -> None:
+    assert not host_fences_devices(tmp_path)
+    (tmp_path / "devices").mkdir()
+    (tmp_path / "devices" / "devices.deny").touch()
+    assert host_fences_devices(tmp_path)
 
 
 def test_namespace_argv_keeps_arguments_as_data(tmp_path: Path) -> None:
@@ -315,3 +325,17 @@ def test_what_a_namespace_leader_leaves_behind_is_found_by_namespace(tmp_path: P
     finally:
         os.close(fd)
     assert procs.hold_mount_namespace(leader) is None
+
+
+def test_down_removes_the_nodes_empty_cgroups(tmp_path: Path) -> None:
+    from slurmpool.sandbox.cluster import remove_node_cgroups
+
+    job = tmp_path / "devices" / "slurm_sbx1" / "uid_0" / "job_3"
+    job.mkdir(parents=True)
+    (tmp_path / "memory" / "slurm_sbx2").mkdir(parents=True)
+    other = tmp_path / "devices" / "slurm_prod1"
+    other.mkdir()
+    assert remove_node_cgroups(["sbx1", "sbx2"], tmp_path) == []
+    assert not (tmp_path / "devices" / "slurm_sbx1").exists()
+    assert not (tmp_path / "memory" / "slurm_sbx2").exists()
+    assert other.is_dir()  # another slurmd's

@@ -12,6 +12,7 @@ from typing import Any
 from slurmpool.catalogue import Catalogue, GpuModel
 from slurmpool.configgen.inventory import ConfigError, Inventory, InventoryGpu
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_SCHEMA
+from slurmpool.gresorder import GresGpu, gpu_gres_types, mig_type_name, shared_type_name
 from slurmpool.modes import GpuMode
 from slurmpool.placement import engine_for
 from slurmpool.policy.model import GpuSpec, NodeGroup, Policy
@@ -27,11 +28,6 @@ HOOK_NAMES = {
     "Epilog": "epilog",
     "EpilogSlurmctld": "epilog-slurmctld",
 }
-
-
-def mig_type_name(spec: GpuSpec, profile: str) -> str:
-    """Slurm's MIG gpu type: ``<model up to '-'>_<profile>`` (a100_3g.40gb)."""
-    return f"{spec.slurm_type}_{profile}"
 
 
 def gi_id_for(start: int, size: int, memory_slices: int) -> int:
@@ -117,7 +113,7 @@ def plan_class(
     lines: list[GresLine] = []
     gres_counts: dict[str, int] = {}
     gpus_out: list[dict[str, Any]] = []
-    for spec in group.gpus:
+    for spec in sorted(group.gpus, key=lambda g: g.index):
         model = cat.get(spec.model)
         found = inv.gpu(spec.index) if inv is not None else None
         minor = found.minor if found is not None else spec.index
@@ -146,7 +142,7 @@ def plan_class(
         elif spec.mode is GpuMode.MIG_STATIC:
             instances = _static_instances(spec, model, found, minor)
             for profile, gi, ci, how in instances:
-                t = mig_type_name(spec, profile)
+                t = mig_type_name(spec.slurm_type, profile)
                 lines.append(
                     GresLine(
                         f"NodeName={nodes} Name=gpu Type={t} MultipleFiles="
@@ -156,8 +152,30 @@ def plan_class(
                     )
                 )
                 gres_counts[f"gpu:{t}"] = gres_counts.get(f"gpu:{t}", 0) + 1
+        elif spec.mode is GpuMode.SHARED:
+            # A File-backed gpu with its shards: the only way Slurm fences a share
+            # (ConstrainDevices ignores a GRES without a plugin, such as vgpu, even
+            # with File=; shard needs a gpu on the same file).  See README, "Isolation".
+            t = shared_type_name(spec.slurm_type)
+            files = _gpu_files(devices, minor)
+            lines.append(
+                GresLine(
+                    f"NodeName={nodes} Name=gpu Type={t} File={files}{cores_opt}",
+                    f"GPU {spec.index}: {spec.model}, shared: {spec.shares} shards"
+                    + (", MPS limits" if spec.mps else ""),
+                )
+            )
+            lines.append(
+                GresLine(
+                    f"NodeName={nodes} Name=shard Type={t} Count={spec.shares} File={files}"
+                    f"{cores_opt}"
+                )
+            )
+            gres_counts[f"gpu:{t}"] = gres_counts.get(f"gpu:{t}", 0) + 1
+            gres_counts[f"shard:{t}"] = gres_counts.get(f"shard:{t}", 0) + spec.shares
         gpus_out.append(entry)
-    if group.vgpu_count:
+    mig_pool = group.vgpu_unit == "compute-slice" and group.vgpu_count
+    if mig_pool:
         pooled = ", ".join(str(g.index) for g in group.pooled_gpus)
         lines.append(
             GresLine(
@@ -165,8 +183,11 @@ def plan_class(
                 f"GPUs {pooled}: pooled, {group.units_per_gpu} vgpu ({group.vgpu_unit}) each",
             )
         )
-    gres = [f"{k}:{v}" for k, v in sorted(gres_counts.items())]
-    if group.vgpu_count:
+    # gpu types in the order Slurm is to number the node's GPUs (slurmpool.gresorder).
+    order = gpu_gres_types(GresGpu(g.index, g.mode, g.slurm_type, g.layout) for g in group.gpus)
+    gres = [f"gpu:{t}:{gres_counts[f'gpu:{t}']}" for t in order]
+    gres += [f"{k}:{v}" for k, v in sorted(gres_counts.items()) if not k.startswith("gpu:")]
+    if mig_pool:
         gres.append(f"vgpu:{group.vgpu_count}")
     params = [
         f"NodeName={nodes}",
@@ -210,6 +231,21 @@ class LuaPool:
     sizes: tuple[int, ...]  # counts one GPU can hand out, smallest first
     unit: str
     labels: dict[int, str]  # size -> what the user gets ("7g", "2 of 4 shares")
+    gres: str  # what Slurm schedules a vgpu request as: "vgpu" (mig) or "shard" (shared)
+
+
+def pool_gres(group: NodeGroup) -> str:
+    """The GRES a group's pool is scheduled as: MIG slices are counted as ``vgpu``;
+    shares are Slurm ``shard``s of one File-backed GPU (a vgpu request is rewritten)."""
+    return "shard" if group.vgpu_unit == "share" else "vgpu"
+
+
+def gres_types(policy: Policy) -> list[str]:
+    """GresTypes: gpu and vgpu always, shard where a group shares GPUs."""
+    out = ["gpu", "vgpu"]
+    if any(g.vgpu_unit == "share" for g in policy.node_groups):
+        out.append("shard")
+    return out
 
 
 def lua_pools(policy: Policy, cat: Catalogue) -> list[LuaPool]:
@@ -233,6 +269,7 @@ def lua_pools(policy: Policy, cat: Catalogue) -> list[LuaPool]:
                 sizes=sizes,
                 unit=g0.vgpu_unit or "",
                 labels=labels,
+                gres=pool_gres(g0),
             )
         )
     return pools

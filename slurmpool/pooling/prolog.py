@@ -36,13 +36,14 @@ from slurmpool.pooling.reconcile import claim, reconcile, settle
 from slurmpool.pooling.release import ReleaseError, kill_grace, undo
 from slurmpool.pooling.request import (
     RequestError,
+    job_gpus,
     mig_profiles,
-    passthrough_gpus,
+    pool_gres,
     pooled_mode,
-    shares_wanted,
+    split_shards,
     vgpu_claimed_in_extra,
 )
-from slurmpool.pooling.shared import SharedGpu, choose
+from slurmpool.pooling.shared import free_shares
 from slurmpool.pooling.text import clean
 from slurmpool.records import record
 from slurmpool.state.db import StateStoreError, StoreBusy
@@ -141,7 +142,7 @@ def _read_request(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFact
             action, level="error", job=job.job_id, user=job.user, error=clean(str(e), 300)
         )
         return _Request(0, "unknown")
-    count = alloc.on(node.name).count("vgpu")
+    count = alloc.on(node.name).count(pool_gres(pooled_mode(node.cls)))
     claimed = vgpu_claimed_in_extra(env.get("SLURM_JOB_EXTRA"))
     if claimed is not None and claimed != count:
         # job_submit.lua scrubs users' tokens, so a disagreeing one got past it.
@@ -160,11 +161,11 @@ def _read_request(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFact
 def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -> int:
     log = node.log
     try:
-        whole = passthrough_gpus(env.get("SLURM_JOB_GPUS"), node.cls)
+        gpus = job_gpus(env.get("SLURM_JOB_GPUS"), node.cls)
     except RequestError as e:
         raise Broken(str(e)) from None
     req = _read_request(node, job, env, slurm)
-    if not whole and req.count == 0:
+    if not gpus and req.count == 0:
         return 0  # a CPU-only job: nothing to do, nothing to log
     log.event(
         "request",
@@ -172,8 +173,10 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
         user=job.user,
         vgpu=req.count,
         source=req.source,
-        gpus=",".join(str(g.index) for g in whole) or "-",
+        gpus=",".join(str(g.index) for g in gpus) or "-",
     )
+    mode = pooled_mode(node.cls)
+    shards = req.count if mode is GpuMode.SHARED else 0
     store = node.store()
     with store.transaction():
         todo = claim(node)
@@ -189,11 +192,16 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
     if mine:
         _undo_job(node, job, "restarting the job's allocation")
     try:
+        try:
+            whole, shard_gpu = split_shards(gpus, shards)
+        except RequestError as e:
+            raise NeverHere(str(e)) from None
         if whole:
             _passthrough(node, job, whole)
-        mode = pooled_mode(node.cls)
-        if req.count and mode is not None:
-            _POOLED_ALLOCATORS[mode](node, job, req.count)
+        if req.count and mode is GpuMode.MIG:
+            _mig(node, job, req.count)
+        elif req.count and mode is GpuMode.SHARED:
+            _shared(node, job, req.count, shard_gpu)
     except (NoRoom, NeverHere, NoRoomError) as e:  # NoRoomError: an unrecorded instance
         _undo_job(node, job, "requeued")
         return _requeue(node, job, slurm, str(e), isinstance(e, NeverHere))
@@ -357,55 +365,50 @@ def _slice_map(gpu: GpuOccupancy) -> str:
 # -- shared --------------------------------------------------------------------
 
 
-def _shared(node: Node, job: Job, count: int) -> None:
-    gpus = node.gpus(GpuMode.SHARED)
-    if not gpus:
-        raise NeverHere(f"vgpu:{count}: node {node.name} has no shared GPUs")
-    backend = node.backend()
-    shared = []
-    for g in gpus:
-        info = backend.gpu(node.nvml_index(g))
-        shared.append(SharedGpu(g.index, info.uuid, g.shares, g.mps, info.memory_total_mib))
-    try:
-        wanted = shares_wanted(count, node.cls.units_per_gpu)
-    except RequestError as e:
-        raise NeverHere(str(e)) from None
+def _shared(node: Node, job: Job, count: int, gpu: NodeGpu | None) -> None:
+    """Record the job's ``count`` shards of ``gpu``: Slurm chose the GPU (its
+    ``shard`` GRES) and fences the job to it with ConstrainDevices."""
+    if gpu is None:
+        raise NeverHere(f"shard:{count} on node {node.name} without SLURM_JOB_GPUS naming its GPU")
+    if count > gpu.shares:
+        raise NeverHere(f"shard:{count}: GPU {gpu.index} of {node.name} has {gpu.shares} shares")
+    info = node.backend().gpu(node.nvml_index(gpu))
     store = node.store()
     with store.transaction():
-        picked = choose(shared, store.live(), wanted)
-        if picked is None:
-            raise NoRoom(f"no GPU of {node.name} has {max(wanted)} free share(s)")
-        for gpu, n in picked:
-            aid = store.add_intent(
-                NewAllocation(
-                    job_id=job.job_id,
-                    user=job.user,
-                    uid=job.uid,
-                    mode=GpuMode.SHARED,
-                    gpu_index=gpu.index,
-                    gpu_uuid=gpu.uuid,
-                    shares=n,
-                    details={
-                        PARTS: len(picked),
-                        RUN: job.run,
-                        "total_shares": gpu.shares,
-                        "mps": gpu.mps,
-                        "memory_mib": gpu.memory_mib,
-                    },
-                )
+        free = free_shares([(gpu.index, gpu.shares)], store.live()).get(gpu.index, 0)
+        if free < count:
+            # Slurm counts the shards; a record that outlived its job is reconciled away.
+            node.log.event(
+                "shares-overbooked",
+                level="warning",
+                job=job.job_id,
+                gpu=gpu.index,
+                free=free,
+                shares=count,
             )
-            store.mark_active(aid)
-            node.log.event("shared", job=job.job_id, gpu=gpu.index, shares=f"{n}/{gpu.shares}")
+        aid = store.add_intent(
+            NewAllocation(
+                job_id=job.job_id,
+                user=job.user,
+                uid=job.uid,
+                mode=GpuMode.SHARED,
+                gpu_index=gpu.index,
+                gpu_uuid=info.uuid,
+                shares=count,
+                details={
+                    PARTS: 1,
+                    RUN: job.run,
+                    "total_shares": gpu.shares,
+                    "mps": gpu.mps,
+                    "memory_mib": info.memory_total_mib,
+                },
+            )
+        )
+        store.mark_active(aid)
+    node.log.event("shared", job=job.job_id, gpu=gpu.index, shares=f"{count}/{gpu.shares}")
 
 
 # -- passthrough ---------------------------------------------------------------
-
-
-# How a vgpu:N request is carved, per pooled mode.
-_POOLED_ALLOCATORS: dict[GpuMode, Callable[[Node, Job, int], None]] = {
-    GpuMode.MIG: _mig,
-    GpuMode.SHARED: _shared,
-}
 
 
 def _passthrough(node: Node, job: Job, whole: list[NodeGpu]) -> None:

@@ -1,6 +1,7 @@
 """What a job gets on this node: pure resolution of its allocated vgpu count.
 
-Slurm counts ``vgpu`` per node and tells neither the prolog nor the job how
+Slurm counts ``vgpu`` (MIG pools) or ``shard`` (shared pools: job_submit.lua
+rewrites a vgpu request) per node and tells neither the prolog nor the job how
 many a job got; the prolog reads the count from slurmctld's structured record
 (:mod:`slurmpool.slurm.allocation`).  The ``slurmpool:vgpu=N`` token that
 ``job_submit.lua`` stores in Extra (Slurm 23.02+) is only compared with it.
@@ -14,7 +15,7 @@ from slurmpool.modes import GpuMode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from slurmpool.configgen.nodeconfig import NodeClassConfig, NodeGpu
 
@@ -34,6 +35,11 @@ def vgpu_claimed_in_extra(extra: str | None) -> int | None:
     """
     m = _EXTRA_TOKEN_RE.search(extra or "")
     return int(m.group(1)) if m else None
+
+
+def pool_gres(mode: GpuMode | None) -> str:
+    """The GRES a pool's units are allocated as (``configgen.plan.pool_gres``)."""
+    return "shard" if mode is GpuMode.SHARED else "vgpu"
 
 
 def pooled_mode(cls: NodeClassConfig) -> GpuMode | None:
@@ -76,37 +82,24 @@ def mig_profiles(
     return (whole,) * (count // units_per_gpu)
 
 
-def shares_wanted(count: int, shares_per_gpu: int) -> tuple[int, ...]:
-    """Shares per GPU for a ``vgpu:count`` request on GPUs of ``shares_per_gpu`` shares."""
-    if count < 1:
-        raise RequestError(f"vgpu:{count} asks for nothing")
-    if count <= shares_per_gpu:
-        return (count,)
-    if count % shares_per_gpu:
-        raise RequestError(
-            f"vgpu:{count} is more than one GPU ({shares_per_gpu} shares) and not a whole "
-            "multiple of it"
-        )
-    return (shares_per_gpu,) * (count // shares_per_gpu)
-
-
 def gres_gpu_entries(cls: NodeClassConfig) -> list[NodeGpu | None]:
-    """The node's ``gpu`` GRES entries in gres.conf order: a passthrough GPU is one
-    entry, each instance of a fixed (``mig-static``) layout another (None here)."""
-    out: list[NodeGpu | None] = []
-    for g in sorted(cls.gpus, key=lambda g: g.index):
-        if g.mode is GpuMode.PASSTHROUGH:
-            out.append(g)
-        elif g.mode is GpuMode.MIG_STATIC:
-            out.extend([None] * max(1, len(g.layout)))
-    return out
+    """The node's ``gpu`` GRES entries in Slurm's index order (:mod:`slurmpool.gresorder`):
+    a passthrough or shared GPU is one entry, each instance of a fixed (``mig-static``)
+    layout another (None here)."""
+    from slurmpool.gresorder import GresGpu, gpu_gres_entries
+
+    by_index = {g.index: g for g in cls.gpus}
+    entries = gpu_gres_entries(GresGpu(g.index, g.mode, g.slurm_type, g.layout) for g in cls.gpus)
+    return [by_index[e.gpu] if e.whole else None for e in entries]
 
 
-def passthrough_gpus(job_gpus: str | None, cls: NodeClassConfig) -> list[NodeGpu]:
-    """The passthrough GPUs behind ``SLURM_JOB_GPUS``.
+def job_gpus(job_gpus: str | None, cls: NodeClassConfig) -> list[NodeGpu]:
+    """The passthrough and shared GPUs behind ``SLURM_JOB_GPUS``.
 
-    Slurm numbers a node's ``gpu`` GRES by position in gres.conf (measured on
-    22.05: the only whole GPU, ``/dev/nvidia2``, arrives as ``0``).
+    slurmd sets it in the prolog's environment (a job cannot) for ``gpu`` and ``shard``
+    jobs alike, as indices of :func:`gres_gpu_entries` (measured on 22.05: the
+    sandbox's only whole GPU, ``/dev/nvidia2``, arrives as ``0``; a shard job gets the
+    index of its shards' GPU).
     """
     if not job_gpus:
         return []
@@ -123,3 +116,22 @@ def passthrough_gpus(job_gpus: str | None, cls: NodeClassConfig) -> list[NodeGpu
         if gpu is not None and gpu not in out:
             out.append(gpu)
     return out
+
+
+def split_shards(gpus: Sequence[NodeGpu], shards: int) -> tuple[list[NodeGpu], NodeGpu | None]:
+    """The job's whole GPUs, and the shared GPU its ``shards`` come from (None without).
+
+    A job's shards all come from one GPU, which ``SLURM_JOB_GPUS`` names among the
+    job's GPUs; a shared GPU named there without shards was given whole.
+    """
+    shared = [g for g in gpus if g.mode is GpuMode.SHARED]
+    whole = [g for g in gpus if g.mode is not GpuMode.SHARED]
+    if not shards:
+        return whole + shared, None
+    if len(shared) != 1:
+        named = ", ".join(str(g.index) for g in shared) or "none"
+        raise RequestError(
+            f"shard:{shards} must come from exactly one shared GPU; SLURM_JOB_GPUS names "
+            f"shared GPUs {named} (a job takes shares or whole shared GPUs, not both)"
+        )
+    return whole, shared[0]

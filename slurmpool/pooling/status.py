@@ -80,11 +80,8 @@ def node_status(node: Node) -> dict[str, Any]:
                 for k, v in entry["free"].items():
                     free_total[k] = free_total.get(k, 0) + v
         elif g.mode is GpuMode.SHARED:
-            from slurmpool.pooling.shared import SharedGpu
-
-            sg = SharedGpu(g.index, info.uuid, g.shares, g.mps, info.memory_total_mib)
             entry["shares"] = g.shares
-            entry["free_shares"] = free_shares([sg], records)[g.index]
+            entry["free_shares"] = free_shares([(g.index, g.shares)], records)[g.index]
             entry["jobs"] = [{"shares": a.shares, **_holder(a)} for a in mine]
         else:
             entry["jobs"] = [_holder(a) for a in mine]

@@ -7,7 +7,8 @@ measured utilisation add ``weight * hours`` to "measured" GPU-hours and
 ``weight * hours * util`` to busy GPU-hours, so utilisation is
 busy / measured: devices that cannot report utilisation (MIG on Ampere)
 never count as idle.  Jobs without a slurmpool summary are weighted from
-AllocTRES (``gres/gpu=N`` whole GPUs, ``gres/vgpu=N`` as ``N / vgpu_units``).
+AllocTRES (``gres/gpu=N`` whole GPUs, ``gres/vgpu=N`` or ``gres/shard=N`` as
+``N / vgpu_units``).
 Summaries are read from the clear-text index of their AdminComment word
 (:mod:`slurmpool.accounting.codec`), not decompressed.  The heatmap spreads
 each device's mean utilisation evenly over the hours of the job.
@@ -267,7 +268,8 @@ class Aggregator:
         devices = self._devices(job_id, comment) if comment else None
         if devices is None:
             gpus = _tres_count(tres, "gres/gpu=")
-            vgpus = _tres_count(tres, "gres/vgpu=")
+            # Shares of a shared GPU are allocated as shards (job_submit.lua).
+            vgpus = _tres_count(tres, "gres/vgpu=") + _tres_count(tres, "gres/shard=")
             if not gpus and not vgpus:
                 self.skipped += 1  # not a GPU job
                 return

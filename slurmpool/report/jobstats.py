@@ -52,6 +52,13 @@ def _tres(text: str, name: str) -> int | None:
     return None
 
 
+def _vgpu_tres(text: str) -> int | None:
+    """The vgpu units of a TRES string: ``gres/vgpu`` (MIG pools) or ``gres/shard``
+    (shared pools, where job_submit.lua turns a vgpu request into shards)."""
+    vgpu = _tres(text, "gres/vgpu")
+    return vgpu if vgpu is not None else _tres(text, "gres/shard")
+
+
 @dataclass(frozen=True)
 class Suggestion:
     text: str
@@ -180,8 +187,8 @@ def build_view(
         state=fields.get("State", "").split(" ", 1)[0],
         elapsed_s=int(elapsed) if elapsed.isdigit() else 0,
         nodes=fields.get("NodeList", ""),
-        requested={"vgpu": _tres(req, "gres/vgpu"), "gpu": _tres(req, "gres/gpu")},
-        allocated={"vgpu": _tres(alloc, "gres/vgpu"), "gpu": _tres(alloc, "gres/gpu")},
+        requested={"vgpu": _vgpu_tres(req), "gpu": _tres(req, "gres/gpu")},
+        allocated={"vgpu": _vgpu_tres(alloc), "gpu": _tres(alloc, "gres/gpu")},
         carved=carved,
         devices=uses,
         running=running,

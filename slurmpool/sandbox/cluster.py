@@ -17,6 +17,7 @@ reported with the ``apt-get install`` line that provides them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -264,8 +265,42 @@ def _is_user(name: str) -> bool:
 # --- configuration text ---------------------------------------------------
 
 
-def base_slurm_conf(layout: Layout, cluster: str, ports: dict[str, int]) -> str:
-    """The 'site' slurm.conf: everything but what slurmpool generates."""
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def host_fences_devices(cgroup_root: Path = CGROUP_ROOT) -> bool:
+    """Whether slurmd here can fence jobs' devices: the cgroup v1 devices controller
+    is mounted (Slurm's cgroup/v1 needs nothing more; cgroup/v2 needs a systemd
+    delegation the sandbox does not set up)."""
+    return (cgroup_root / "devices" / "devices.deny").exists()
+
+
+def remove_node_cgroups(nodes: Sequence[str], cgroup_root: Path = CGROUP_ROOT) -> list[str]:
+    """Remove the empty cgroups slurmd made for ``nodes`` (``<controller>/slurm_<node>``,
+    a multiple-slurmd build's names) once the sandbox's processes are gone."""
+    report = []
+    for node in nodes:
+        for top in sorted(cgroup_root.glob(f"*/slurm_{node}")):
+            dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+            for d in [*dirs, top]:
+                with contextlib.suppress(OSError):  # not empty: holds a process
+                    d.rmdir()
+            if top.exists():
+                report.append(f"cgroup {top} still holds processes; left in place")
+    return report
+
+
+def base_slurm_conf(
+    layout: Layout, cluster: str, ports: dict[str, int], fence_devices: bool | None = None
+) -> str:
+    """The 'site' slurm.conf: everything but what slurmpool generates.
+
+    ``fence_devices`` (default: :func:`host_fences_devices`): task/cgroup and
+    proctrack/cgroup, so the generated cgroup.conf's ConstrainDevices holds each job
+    to the GPU device files Slurm gave it, as on a production node.
+    """
+    if fence_devices is None:
+        fence_devices = host_fences_devices()
     sock = layout.munge_socket
     lines = [
         "# slurm.conf of the slurmpool sandbox (the site's part; slurmpool adds an Include).",
@@ -289,11 +324,13 @@ def base_slurm_conf(layout: Layout, cluster: str, ports: dict[str, int]) -> str:
         f"SlurmctldLogFile={layout.log_dir}/slurmctld.log",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        "ProctrackType=" + ("proctrack/cgroup" if fence_devices else "proctrack/linuxproc"),
+        "TaskPlugin=" + ("task/cgroup" if fence_devices else "task/none"),
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
-        "DefMemPerCPU=100",
+        # Enforced by cgroup.conf's ConstrainRAMSpace where fenced: 250 MB holds the
+        # simulator's workload, and 16 one-CPU jobs fill a node's 4000 MB.
+        "DefMemPerCPU=250",
         "SlurmdParameters=config_overrides",
         "MpiDefault=none",
         "ReturnToService=2",
@@ -962,6 +999,7 @@ class Sandbox:
         if still:
             names = ", ".join(f"{d.name} (pid {d.pid})" for d in still)
             raise SandboxError(f"still running after SIGKILL: {names}; directory kept")
+        report += remove_node_cgroups(st.nodes)
         if remove:
             shutil.rmtree(self.layout.root, ignore_errors=True)
             report.append(f"removed {self.layout.root}")

@@ -9,7 +9,7 @@ the formula observed on real systems: ``gi = 3 + 135*gpu + 9*gi_id`` and
 
 Device nodes are real character devices when the simulator runs as root
 (``os.mknod``; opening them fails with ENXIO since no driver is behind them,
-so simulated CUDA checks permissions with ``os.access`` instead), and
+so simulated CUDA takes that ENXIO for a successful open), and
 regular files otherwise.  ``/dev/nvidiaN`` and ``nvidiactl`` use major 195
 and mode 0666 like the driver.  The capability major is dynamic on real
 systems; the simulator uses 511.  Capability nodes default to mode 0400,

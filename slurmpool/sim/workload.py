@@ -10,8 +10,10 @@ It behaves like a small CUDA program as far as slurmpool can tell:
 - it refuses a GPU whose ``/dev/nvidiaN`` (or ``nvidiactl``) the user cannot
   read and write, and a MIG device whose GI or CI capability node
   (``nvidia-caps/nvidia-cap<n>``, minors from the ``mig-minors`` file) the
-  user cannot read.  Permissions are checked with ``os.access``: opening a
-  mknod'd node fails with ENXIO since no driver is behind it;
+  user cannot read, or whose node the process's device cgroup (Slurm's
+  ConstrainDevices) denies: it opens each node, and EACCES is the permission
+  bits' refusal, EPERM the cgroup's, while ENXIO (no driver behind a mknod'd
+  node) means both let it through;
 - it registers itself (pid, memory, utilisation) on the device for its
   lifetime, refusing memory beyond what is free (like a CUDA OOM), and
   deregisters on exit, SIGTERM and SIGINT; if SIGKILLed, the simulator
@@ -30,6 +32,7 @@ interpreter as an unprivileged user.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -136,11 +139,34 @@ def choose_device(value: str | None, state: State) -> VisibleDevice | None:
     return devices[0] if devices else None
 
 
+def open_refusal(node: Path, flags: int) -> str | None:
+    """Why opening ``node`` is refused (``"permission"`` or ``"cgroup"``), or None.
+
+    The kernel checks the permission bits first (EACCES), then the device cgroup
+    (EPERM: Slurm's ConstrainDevices).  A mknod'd node with no driver behind it
+    fails with ENXIO after both let it through, which counts as opened, as does
+    success (a regular file standing in for a node without root).
+    """
+    try:
+        fd = os.open(node, flags | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno == errno.EPERM:
+            return "cgroup"
+        if e.errno in (errno.ENXIO, errno.ENODEV):
+            return None
+        return "permission"
+    os.close(fd)
+    return None
+
+
 def access_problem(device: VisibleDevice, state: State) -> str | None:
     """Why the calling user cannot use ``device``, or None if they can."""
     root = Path(state["device_root"])
     for node in (root / "nvidiactl", gpu_path(root, device.gpu_minor)):
-        if not os.access(node, os.R_OK | os.W_OK):
+        why = open_refusal(node, os.O_RDWR)
+        if why == "cgroup":
+            return f"operation not permitted: the job's device cgroup does not allow {node}"
+        if why is not None:
             return f"permission denied: cannot open {node} (needs read and write access)"
     if device.is_mig:
         try:
@@ -156,8 +182,14 @@ def access_problem(device: VisibleDevice, state: State) -> str | None:
                 name = f"gpu{key[0]}/gi{key[1]}" + ("" if key[2] is None else f"/ci{key[2]}")
                 return f"no capability minor for {name} in {state['mig_minors_path']}"
             node = cap_path(root, minor)
-            if not os.access(node, os.R_OK):
-                what = "GPU instance" if key[2] is None else "compute instance"
+            what = "GPU instance" if key[2] is None else "compute instance"
+            why = open_refusal(node, os.O_RDONLY)
+            if why == "cgroup":
+                return (
+                    f"operation not permitted: the job's device cgroup does not allow {node} "
+                    f"({what} capability of {device.uuid})"
+                )
+            if why is not None:
                 return f"permission denied: cannot read {node} ({what} capability of {device.uuid})"
     return None
 

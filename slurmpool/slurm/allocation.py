@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 SQUEUE_FIELDS = ("JobID", "NodeList", "tres-per-node", "tres-alloc")
 SQUEUE_FORMAT = squeue_format(SQUEUE_FIELDS)
 
+# The GRES a pool is allocated as (MIG slices: vgpu; shares: shard), checked for
+# agreement between the per-node request, the per-node detail and the total.
+POOL_GRES = ("vgpu", "shard")
+
 # Keys a ``scontrol show job -d`` record repeats legitimately: one group per node.
 PER_NODE_KEYS = frozenset({"Nodes", "CPU_IDs", "Mem", "GRES"})
 
@@ -145,13 +149,15 @@ def allocation_from_json(text: str, job_id: str) -> JobAllocation:
         raise fail("'gres_detail' is not a list of strings")
     try:
         names = expand(node_list) if node_list else []
-        each = sum(g.count for g in parse_gres(per_node) if g.name == "vgpu")
+        request = parse_gres(per_node)
         gres = [tuple(parse_gres(d)) for d in details]
     except (HostlistError, ValueError) as e:
         raise fail(str(e)) from None
+    wanted = {p: sum(g.count for g in request if g.name == p) for p in POOL_GRES}
     if not details:  # nothing per node: a job without GRES, or not allocated yet
-        if each and names:
-            raise fail(f"vgpu:{each} per node requested but no per-node GRES on {node_list}")
+        for name, each in wanted.items():
+            if each and names:
+                raise fail(f"{name}:{each} per node requested but no per-node GRES on {node_list}")
         return JobAllocation(job_id, tuple(NodeAllocation(n, ()) for n in names), "scontrol-json")
     if len(details) != len(names):
         raise fail(f"{len(details)} per-node GRES entries for {len(names)} node(s)")
@@ -163,13 +169,18 @@ def allocation_from_json(text: str, job_id: str) -> JobAllocation:
     elif sorted(order) != sorted(names):
         raise fail(f"job_resources names {order}, the job's nodes are {names}")
     nodes = tuple(NodeAllocation(n, g) for n, g in zip(order, gres, strict=True))
-    for n in nodes:
-        if n.count("vgpu") != each:
-            raise fail(f"vgpu:{each} per node requested but {n.node} has vgpu:{n.count('vgpu')}")
     alloc = job.get("tres_alloc_str")
-    total = _tres_count(alloc, "vgpu") if isinstance(alloc, str) else None
-    if total is not None and total != each * len(names):
-        raise fail(f"vgpu:{each} per node on {len(names)} node(s) but gres/vgpu={total} allocated")
+    for name, each in wanted.items():
+        for n in nodes:
+            if n.count(name) != each:
+                raise fail(
+                    f"{name}:{each} per node requested but {n.node} has {name}:{n.count(name)}"
+                )
+        total = _tres_count(alloc, name) if isinstance(alloc, str) else None
+        if total is not None and total != each * len(names):
+            raise fail(
+                f"{name}:{each} per node on {len(names)} node(s) but gres/{name}={total} allocated"
+            )
     return JobAllocation(job_id, nodes, "scontrol-json")
 
 
@@ -206,13 +217,14 @@ def allocation_from_squeue(text: str, job_id: str) -> JobAllocation:
         request = tuple(parse_gres(per_node))
     except (HostlistError, ValueError) as e:
         raise AllocationError(f"squeue: job {job_id}: {e}") from None
-    total = _tres_count(alloc, "vgpu")
-    each = sum(g.count for g in request if g.name == "vgpu")
-    if total is not None and total != each * len(names):
-        raise AllocationError(
-            f"squeue: job {job_id} has vgpu:{each} per node on {len(names)} node(s) but "
-            f"gres/vgpu={total} allocated"
-        )
+    for name in POOL_GRES:
+        total = _tres_count(alloc, name)
+        each = sum(g.count for g in request if g.name == name)
+        if total is not None and total != each * len(names):
+            raise AllocationError(
+                f"squeue: job {job_id} has {name}:{each} per node on {len(names)} node(s) but "
+                f"gres/{name}={total} allocated"
+            )
     return JobAllocation(job_id, tuple(NodeAllocation(n, request) for n in names), "squeue")
 
 

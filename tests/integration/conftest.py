@@ -8,6 +8,7 @@ Run: ``SLURMPOOL_REQUIRE_SLURM=1 python -m pytest tests/integration``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import shutil
@@ -176,11 +177,15 @@ def _new_sandbox(prefix: str) -> tuple[Sandbox, SandboxOptions]:
 
 
 @pytest.fixture
-def own_sandbox() -> Iterator[Sandbox]:
-    """A sandbox of the test's own (marked ``own_sandbox``), up, and down afterwards
-    unless the test has taken it down itself."""
+def own_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox of the test's own (marked ``own_sandbox``; ``sandbox_policy(path)``
+    names another policy than the bundled one), up, and down afterwards unless the
+    test has taken it down itself."""
     assert not _shared_up, "an own_sandbox test ran after the shared sandbox came up"
     sandbox, options = _new_sandbox("slurmpool-own-")
+    policy = request.node.get_closest_marker("sandbox_policy")
+    if policy is not None:
+        options = dataclasses.replace(options, policy=Path(policy.args[0]))
     created = _ensure_users()
     try:
         sandbox.up(options)

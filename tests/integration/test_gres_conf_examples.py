@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmpool.configgen.render import generate
-from slurmpool.doctor import _gres_conf_entries, expand_files
+from slurmpool.doctor import _gres_conf_entries, expand_files, slurmd_gres_totals
 from slurmpool.hostlist import HostList
 from slurmpool.policy.loader import load_policy
 from slurmpool.slurm.parse import parse_slurmd_gres
@@ -76,8 +76,6 @@ def test_slurmd_parses_generated_gres_conf(cluster: Cluster, tmp_path: Path, exa
         )
         out = res.stdout + res.stderr
         assert res.returncode == 0 and "fatal" not in out, out
-        have: dict[tuple[str, str | None], int] = {}
-        for e in parse_slurmd_gres(out):
-            have[(e.name, e.type)] = have.get((e.name, e.type), 0) + e.count
+        have = {k: c for k, (c, _) in slurmd_gres_totals(parse_slurmd_gres(out)).items()}
         want = {k: c for k, (c, _) in _gres_conf_entries(files["gres.conf"], node).items()}
         assert have == want, f"{example.name} node {node}:\n{out}"

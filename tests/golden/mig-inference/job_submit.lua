@@ -8,7 +8,11 @@ partition's pool can carve:
   * N >= 1;
   * N up to one GPU's units is rounded up to the next size one GPU can hand
     out (MIG: vgpu:5 -> vgpu:7, a 7g instance) and the user is told;
-  * N above one GPU must be a whole multiple of it and fit one node.
+  * N above one GPU must be a whole multiple of it and fit one node (MIG
+    pools only: a job's shares of a shared GPU come from one GPU);
+  * on shared GPUs the request becomes `shard:N`: Slurm picks the GPU and
+    cgroup ConstrainDevices fences the job to it.  Shards asked for
+    directly are refused.
 From Slurm 23.02, every job's Extra is scrubbed of anything spelled
 "slurmpool:" (any case, any spacing), on submit and on every modify, and a
 vgpu job whose Extra is empty gets "slurmpool:vgpu=N" (N normalised).  The
@@ -26,6 +30,7 @@ local POOLS = {
     unit = "compute-slice",
     sizes = { 1, 2, 3, 4, 7 },
     labels = { [1] = "1g MIG instance", [2] = "2g MIG instance", [3] = "3g MIG instance", [4] = "4g MIG instance", [7] = "7g MIG instance" },
+    gres = "vgpu",
   },
   ["inference-h100"] = {
     units = 7,
@@ -33,6 +38,7 @@ local POOLS = {
     unit = "compute-slice",
     sizes = { 1, 2, 3, 4, 7 },
     labels = { [1] = "1g MIG instance", [2] = "2g MIG instance", [3] = "3g MIG instance", [4] = "4g MIG instance", [7] = "7g MIG instance" },
+    gres = "vgpu",
   },
 }
 local PARTITIONS = { ["inference"] = true, ["inference-h100"] = true }
@@ -106,10 +112,10 @@ local function split_commas(s)
   return out
 end
 
--- One TRES entry -> (prefix, rest) when it names the vgpu GRES.
+-- One TRES entry -> (prefix, rest) when it names the GRES `name` ("vgpu", "shard").
 -- "gres:vgpu:3" (22.05), "gres/vgpu:3" and "gres/vgpu=3" (newer), "gres:vgpu".
-local function vgpu_entry(entry)
-  local prefix, rest = string.match(entry, "^(gres[:/])vgpu(.*)$")
+local function gres_entry(entry, name)
+  local prefix, rest = string.match(entry, "^(gres[:/])" .. name .. "(.*)$")
   if prefix == nil then
     return nil
   end
@@ -118,18 +124,18 @@ local function vgpu_entry(entry)
   end
   local sep, count = string.match(rest, "^([:=])(.*)$")
   if sep == nil then
-    return nil -- another GRES whose name starts with "vgpu"
+    return nil -- another GRES whose name starts with `name`
   end
   return prefix, count
 end
 
-local function find_vgpu(tres)
+local function find_gres(tres, name)
   if tres == nil or tres == "" then
     return nil
   end
   local entries = split_commas(tres)
   for i, entry in ipairs(entries) do
-    local prefix, count = vgpu_entry(entry)
+    local prefix, count = gres_entry(entry, name)
     if prefix ~= nil then
       return entries, i, prefix, count
     end
@@ -194,12 +200,17 @@ end
 
 -- Check (and rewrite) a vgpu request; returns slurm.SUCCESS or slurm.ERROR.
 local function check_job(job_desc, partition_field, part_list)
-  for _, field in ipairs({ "tres_per_job", "tres_per_task", "tres_per_socket" }) do
-    if find_vgpu(job_desc[field]) ~= nil then
+  for _, field in ipairs({ "tres_per_job", "tres_per_task", "tres_per_socket", "tres_per_node" }) do
+    -- Shards are what a vgpu request on shared GPUs becomes; asked for directly they
+    -- would skip the checks below.
+    if find_gres(job_desc[field], "shard") ~= nil then
+      return user_error("ask for a share of a GPU as --gres=vgpu:N, not as shard")
+    end
+    if field ~= "tres_per_node" and find_gres(job_desc[field], "vgpu") ~= nil then
       return user_error("vgpu is counted per node: use --gres=vgpu:N (not --tres-per-task or --gpus-style options)")
     end
   end
-  local entries, i, prefix, count = find_vgpu(job_desc.tres_per_node)
+  local entries, i, prefix, count = find_gres(job_desc.tres_per_node, "vgpu")
   if entries == nil then
     return slurm.SUCCESS
   end
@@ -219,24 +230,35 @@ local function check_job(job_desc, partition_field, part_list)
   end
   local result = nil
   local label = nil
+  local gres = nil
   for _, partition in ipairs(split_commas(partitions)) do
     local m, err = normalise(n, partition)
     if m == nil then
       return user_error(err)
     end
-    if result ~= nil and result ~= m then
-      return user_error("vgpu:" .. n .. " means different sizes in partitions " .. partitions .. "; submit to one of them")
+    local pool = POOLS[partition]
+    if (result ~= nil and result ~= m) or (gres ~= nil and gres ~= pool.gres) then
+      return user_error("vgpu:" .. n .. " means different things in partitions " .. partitions .. "; submit to one of them")
+    end
+    if pool.gres == "shard" and m > pool.units then
+      return user_error("vgpu:" .. n .. " on partition " .. partition .. ": a job's shares come from one GPU ("
+        .. pool.units .. " shares); ask for at most vgpu:" .. pool.units .. ", or for whole GPUs with --gres=gpu:"
+        .. (m / pool.units))
     end
     result = m
-    local pool = POOLS[partition]
+    gres = pool.gres
     if m <= pool.units then
       label = pool.labels[m]
     end
   end
   if result ~= n then
-    entries[i] = prefix .. "vgpu:" .. result
-    job_desc.tres_per_node = table.concat(entries, ",")
     slurm.log_user("%s", "slurmpool: vgpu:" .. n .. " rounded up to vgpu:" .. result .. " (" .. label .. ")")
+  end
+  if result ~= n or gres ~= "vgpu" then
+    -- Shared GPUs are scheduled as Slurm shards of one File-backed GPU, which
+    -- cgroup ConstrainDevices fences; MIG slices stay a vgpu count.
+    entries[i] = prefix .. gres .. ":" .. result
+    job_desc.tres_per_node = table.concat(entries, ",")
   end
   if HAS_EXTRA and (job_desc.extra == nil or job_desc.extra == "") then
     -- A record of the normalised count (the user's own Extra stays as it is): the

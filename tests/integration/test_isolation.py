@@ -1,0 +1,147 @@
+"""Each job reaches only its own GPU: shared GPUs fenced by Slurm itself.
+
+A sandbox of its own from ``examples/sandbox-shared.yaml`` (two A100s shared in 4
+shares, one whole A100, per node).  A vgpu request there becomes Slurm shards of
+one File-backed GPU, and task/cgroup's ConstrainDevices lets the job's processes
+open that GPU's device node only: opening another gives EPERM (the device
+cgroup's answer); opening its own gives ENXIO (a simulated node has no driver
+behind it).  The simulator's workload opens its device the same way, so a job that
+points CUDA_VISIBLE_DEVICES at a neighbour's GPU is refused as a CUDA program is.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import needs
+import pytest
+
+from slurmpool.sandbox.cluster import Sandbox, host_fences_devices
+
+from .conftest import Cluster
+from .polling import poll
+from .test_pooling import cancel, submit_on, workload
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.own_sandbox,
+    pytest.mark.sandbox_policy(ROOT / "examples" / "sandbox-shared.yaml"),
+]
+
+# Every /dev/nvidiaN of the node, opened as the job's user: "nvidia0=EPERM ...".
+PROBE = (
+    "import errno, glob, os, sys\n"
+    "out = []\n"
+    "for p in sorted(glob.glob(sys.argv[1] + '/nvidia[0-9]*')):\n"
+    "    try:\n"
+    "        os.close(os.open(p, os.O_RDWR | os.O_NONBLOCK))\n"
+    "        r = 'OPEN'\n"
+    "    except OSError as e:\n"
+    "        r = errno.errorcode[e.errno]\n"
+    "    out.append(os.path.basename(p) + '=' + r)\n"
+    "print('probe', *out)\n"
+)
+
+
+def _probe(cluster: Cluster, devices: str) -> str:
+    script = cluster.workdir / "probe.py"
+    if not script.exists():
+        script.write_text(PROBE)
+        script.chmod(0o644)
+    return f"{needs.python_for_jobs_shell()} {script} {devices}"
+
+
+def _opened(text: str) -> dict[str, str]:
+    line = next((ln for ln in text.splitlines() if ln.startswith("probe ")), "")
+    return dict(item.split("=", 1) for item in line.split()[1:])
+
+
+def _output(path: Path, what: str) -> str:
+    def ready() -> str:
+        text = path.read_text() if path.exists() else ""
+        return text if what in text else ""
+
+    text: str = poll(f"{what!r} in {path.name}", ready, 60)
+    return text
+
+
+def test_shared_and_whole_gpu_jobs_open_only_their_own_gpu(own_sandbox: Sandbox) -> None:
+    if not host_fences_devices():
+        needs.missing("the cgroup v1 devices controller (Slurm's ConstrainDevices)")
+    st = own_sandbox.state()
+    assert st is not None
+    workdir = own_sandbox.layout.root / "work"
+    workdir.mkdir()
+    workdir.chmod(0o1777)
+    cluster = Cluster(own_sandbox, st, own_sandbox.slurm(), workdir)
+    devices = own_sandbox.policy_as_installed(st).paths.devices_root
+    node = "sbx1"
+    release = cluster.release_file("isolation")
+    report = "echo uuid=$SLURMPOOL_GPU_UUID shares=$SLURMPOOL_SHARES"
+    jobs: list[int] = []
+    try:
+        alice_out = workdir / "alice.out"
+        jobs.append(
+            submit_on(
+                cluster,
+                node,
+                "--gres=vgpu:2",
+                alice_out,
+                f"{_probe(cluster, devices)}; {report}; {workload(until=release)}",
+                user="sp-alice",
+            )
+        )
+        alice = _output(alice_out, "running: pid")
+        alice_uuid = re.search(r"uuid=(\S+)", alice)
+        assert alice_uuid is not None and "shares=2/4" in alice, alice
+
+        # 2 of alice's GPU's 4 shards are free: Slurm puts vgpu:3 on the other GPU.
+        bob_out = workdir / "bob.out"
+        jobs.append(
+            submit_on(
+                cluster,
+                node,
+                "--gres=vgpu:3",
+                bob_out,
+                f"{_probe(cluster, devices)}; {report}; {workload(1)}; echo own=$?; "
+                f"CUDA_VISIBLE_DEVICES={alice_uuid.group(1)} {workload(1)}; echo neighbour=$?",
+                user="sp-bob",
+            )
+        )
+        # Both shared GPUs hold shards: a whole-GPU job gets the third GPU.
+        whole_out = workdir / "whole.out"
+        jobs.append(
+            submit_on(
+                cluster,
+                node,
+                "--gres=gpu:1",
+                whole_out,
+                f"{_probe(cluster, devices)}; {report}",
+                user="sp-bob",
+            )
+        )
+        assert cluster.wait(jobs[1], 60) == "COMPLETED"
+        assert cluster.wait(jobs[2], 60) == "COMPLETED"
+        bob = bob_out.read_text()
+        whole = whole_out.read_text()
+
+        opened = {who: _opened(text) for who, text in (("alice", alice), ("bob", bob))}
+        opened["whole"] = _opened(whole)
+        own = {}
+        for who, result in opened.items():
+            assert sorted(result) == ["nvidia0", "nvidia1", "nvidia2"], (who, result)
+            allowed = [dev for dev, r in result.items() if r == "ENXIO"]
+            assert len(allowed) == 1, (who, result)
+            assert all(r == "EPERM" for dev, r in result.items() if dev not in allowed), result
+            own[who] = allowed[0]
+        assert own["whole"] == "nvidia2"  # the GPUs with shards in use are not given whole
+        assert {own["alice"], own["bob"]} == {"nvidia0", "nvidia1"}
+
+        assert "shares=3/4" in bob and "own=0" in bob  # bob's own share works
+        assert "neighbour=3" in bob  # EXIT_PERMISSION: the device cgroup refused
+        assert f"does not allow {devices}/{own['alice']}" in bob
+    finally:
+        release.touch()
+        cancel(cluster, jobs[2:])
+    assert cluster.wait(jobs[0], 60) == "COMPLETED"

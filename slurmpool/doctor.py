@@ -456,13 +456,14 @@ def _gres_conf_entries(text: str, node: str) -> dict[tuple[str, str | None], tup
 def slurmd_gres_totals(
     entries: Iterable[GresConfEntry],
 ) -> dict[tuple[str, str | None], tuple[int, set[str]]]:
-    """(name, type) -> (count, files) of what ``slurmd -G`` parsed.  Once a node has
-    shards, slurmd also lists an empty ``shard`` for every other gpu type: left out."""
+    """(name, type) -> (count, files) of what ``slurmd -G`` parsed.  Shards are
+    configured untyped and take their GPU's type in slurmd (counted untyped here),
+    which also lists an empty ``shard`` for every other gpu type: left out."""
     have: dict[tuple[str, str | None], tuple[int, set[str]]] = {}
     for entry in entries:
         if entry.count == 0 and entry.name == "shard":
             continue
-        key = (entry.name, entry.type)
+        key = (entry.name, None if entry.name == "shard" else entry.type)
         count, files = have.get(key, (0, set()))
         have[key] = (count + entry.count, files | ({entry.file} if entry.file else set()))
     return have

@@ -224,4 +224,4 @@ def test_slurmd_totals_leave_out_the_empty_shard_of_each_other_gpu_type() -> Non
         ]
     )
     totals = {k: c for k, (c, _) in slurmd_gres_totals(parse_slurmd_gres(out)).items()}
-    assert totals == {("gpu", "a10_shared"): 2, ("gpu", "a10"): 1, ("shard", "a10_shared"): 4}
+    assert totals == {("gpu", "a10_shared"): 2, ("gpu", "a10"): 1, ("shard", None): 4}

@@ -165,14 +165,16 @@ def plan_class(
                     + (", MPS limits" if spec.mps else ""),
                 )
             )
+            # Untyped: slurmd gives each shard its GPU's type, and an empty shard of
+            # every other gpu type, which 24.11's slurmctld refuses against typed
+            # shards in Gres= ("gres/shard type (a100) reported but not configured").
             lines.append(
                 GresLine(
-                    f"NodeName={nodes} Name=shard Type={t} Count={spec.shares} File={files}"
-                    f"{cores_opt}"
+                    f"NodeName={nodes} Name=shard Count={spec.shares} File={files}{cores_opt}"
                 )
             )
             gres_counts[f"gpu:{t}"] = gres_counts.get(f"gpu:{t}", 0) + 1
-            gres_counts[f"shard:{t}"] = gres_counts.get(f"shard:{t}", 0) + spec.shares
+            gres_counts["shard"] = gres_counts.get("shard", 0) + spec.shares
         gpus_out.append(entry)
     mig_pool = group.vgpu_unit == "compute-slice" and group.vgpu_count
     if mig_pool:

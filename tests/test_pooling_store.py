@@ -62,3 +62,26 @@ def test_open_node_store_is_root_only(tmp_path: Path) -> None:
     with open_node_store(tmp_path, "sbx1") as store:
         assert store.path == store_path(tmp_path, "sbx1")
     assert Path(store_path(tmp_path, "sbx1")).stat().st_mode & 0o777 == 0o600
+
+
+def test_a_slice_held_by_another_job_is_retried_when_that_job_ends(tmp_path: Path) -> None:
+    from slurmpool.pooling.reconcile import RETRY_AFTER_KEY, defer, stop_waiting_for
+    from slurmpool.pooling.release import HeldByOtherJobs, ReleaseError
+    from slurmpool.state.store import RELEASING
+
+    with NodeStore(tmp_path / "n1.sqlite") as store, store.transaction():
+        ids = []
+        for job in ("1", "2"):
+            aid = store.add_intent(NewAllocation(job, "alice", 1000, GpuMode.MIG, 0, "GPU-0"))
+            store.mark_active(aid, gi_id=int(job), ci_id=0)
+            store.set_state(aid, RELEASING)
+            ids.append(aid)
+        held, stuck = (store.get(i) for i in ids)
+        assert held is not None and stuck is not None
+        defer(store, held, HeldByOtherJobs("in use by job 9", ("9",)))
+        defer(store, stuck, ReleaseError("busy"))
+        assert stop_waiting_for(store, "8") == []
+        assert stop_waiting_for(store, "9") == [ids[0]]
+        after = {a.id: a.details for a in store.live()}
+    assert RETRY_AFTER_KEY not in after[ids[0]] and "waits_for" not in after[ids[0]]
+    assert RETRY_AFTER_KEY in after[ids[1]]  # an instance busy for another reason waits

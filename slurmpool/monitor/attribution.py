@@ -2,17 +2,15 @@
 
 - MIG instances and shares: the hooks' allocation records in the node store
   (job, user, uid per GPU/instance) are the truth.
-- Whole GPUs (passthrough): the job of the processes running on them, read
-  from ``/proc/<pid>/cgroup`` (Slurm's cgroup plugins put every task under a
-  ``job_<id>`` directory), else from the process's (or an ancestor's)
-  ``SLURM_JOB_ID`` environment variable through psutil (clusters without
-  Slurm cgroups, such as ``proctrack/linuxproc``).
+- Whole GPUs (passthrough): the job of the processes running on them, from
+  their job cgroup or the root slurmstepd they descend from
+  (:mod:`slurmpool.procjob`), never from what a process says of itself (its
+  ``SLURM_JOB_ID`` is the user's to set).
 - Accounts: one ``squeue`` call per new job, cached.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,11 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from slurmpool.modes import GpuMode
+from slurmpool.procjob import job_from_cgroup, job_from_stepd, real_uid_and_parent
 from slurmpool.slurm.runner import Runner, SlurmCommandError
 from slurmpool.state.store import Allocation
-
-_CGROUP_JOB = re.compile(r"/job_([0-9]+)(?=/|$)")
-_CGROUP_UID = re.compile(r"/uid_([0-9]+)(?=/|$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +63,6 @@ def from_allocations(allocations: Iterable[Allocation]) -> Attribution:
     return att
 
 
-def job_from_cgroup(text: str) -> tuple[str, int | None] | None:
-    """``(job id, uid or None)`` from the text of ``/proc/<pid>/cgroup``, None if not a job's."""
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        m = _CGROUP_JOB.search(path)
-        if m:
-            u = _CGROUP_UID.search(path)
-            return m.group(1), int(u.group(1)) if u else None
-    return None
-
-
 class PidResolver:
     """Finds the Slurm job of a process (see the module docstring); cached per process."""
 
@@ -103,8 +88,7 @@ class PidResolver:
         return ref
 
     def _resolve(self, proc: Any) -> JobRef | None:
-        import psutil
-
+        proc_root = str(self.proc_root)
         try:
             text = (self.proc_root / str(proc.pid) / "cgroup").read_text()
         except OSError:
@@ -113,28 +97,11 @@ class PidResolver:
         if found is not None:
             job_id, uid = found
             return JobRef(job_id, _username(proc), uid)
-        current = proc
-        for _ in range(self.max_depth):
-            try:
-                env = current.environ()
-            except (psutil.Error, OSError):
-                env = {}
-            job_id = env.get("SLURM_JOB_ID")
-            if job_id:
-                uid = env.get("SLURM_JOB_UID")
-                return JobRef(
-                    job_id,
-                    env.get("SLURM_JOB_USER") or _username(proc),
-                    int(uid) if uid and uid.isdigit() else None,
-                    env.get("SLURM_JOB_ACCOUNT") or None,
-                )
-            try:
-                current = current.parent()
-            except (psutil.Error, OSError):
-                return None
-            if current is None or current.pid <= 1:
-                return None
-        return None
+        job = job_from_stepd(proc.pid, proc_root, self.max_depth)
+        if job is None:
+            return None
+        status = real_uid_and_parent(proc.pid, proc_root)
+        return JobRef(job, _username(proc), status[0] if status else None)
 
 
 def _username(proc: Any) -> str | None:

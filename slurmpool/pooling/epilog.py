@@ -13,7 +13,7 @@ from __future__ import annotations
 from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
 from slurmpool.pooling import ended, jobfile, owner
 from slurmpool.pooling.node import Broken
-from slurmpool.pooling.reconcile import defer, reconcile
+from slurmpool.pooling.reconcile import defer, reconcile, stop_waiting_for
 from slurmpool.pooling.release import ReleaseError, undo
 from slurmpool.pooling.text import clean
 from slurmpool.state.db import StateStoreError, StoreBusy
@@ -93,7 +93,7 @@ def _release(node: Node, job: Job) -> int:
         except (ReleaseError, GpuBackendError, OSError) as e:
             # Left in `releasing` with no owner: a later hook run's reconcile retries.
             with store.transaction():
-                defer(store, a)
+                defer(store, a, e)
             log.event("release-stuck", level="error", job=job.job_id, alloc=a.id, error=str(e))
             stuck.add(a.id)
             continue
@@ -103,6 +103,11 @@ def _release(node: Node, job: Job) -> int:
         log.event("released", job=job.job_id, alloc=a.id, mode=a.mode, detail=result.detail)
     if not stuck:
         ended.forget(node.run_dir, job.job_id)
+    with store.transaction():
+        freed = stop_waiting_for(store, job.job_id)
+    if freed:
+        # Slices this job's processes held though they were another job's: now free.
+        log.event("no-longer-held", job=job.job_id, allocs=",".join(map(str, freed)))
     # Reconcile when a crashed hook left records half-way or an epilog left a release
     # owed (orphan instances are found by the next prolog, which lists the GPUs anyway).
     leftovers = [a for a in store.live() if a.state != ACTIVE and a.id not in stuck]

@@ -1,4 +1,5 @@
-"""Stopping stray processes on a GPU or MIG instance (SIGTERM, then SIGKILL)."""
+"""Stopping stray processes on a GPU or MIG instance (SIGTERM, then SIGKILL), and
+telling a job's own strays from another job's processes."""
 
 from __future__ import annotations
 
@@ -40,3 +41,25 @@ def stop_processes(
         if not targets:
             return []
     return targets
+
+
+def split_by_job(
+    pids: Sequence[int], job_id: str, proc_root: str = "/proc"
+) -> tuple[list[int], dict[int, str]]:
+    """``pids`` as (those to stop: ``job_id``'s own and those of no job, {pid: job} of
+    other jobs' processes, never to be touched for this job).
+
+    The job comes from the kernel and slurmstepd (:mod:`slurmpool.procjob`), never
+    from the slice a process holds or what it says of itself.
+    """
+    from slurmpool.procjob import job_of_process
+
+    stop: list[int] = []
+    others: dict[int, str] = {}
+    for pid in pids:
+        owner = job_of_process(pid, proc_root)
+        if owner is None or owner == job_id:
+            stop.append(pid)
+        else:
+            others[pid] = owner
+    return stop, others

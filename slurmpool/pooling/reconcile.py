@@ -34,7 +34,7 @@ from slurmpool.gpu.backend import GpuBackendError
 from slurmpool.modes import GpuMode
 from slurmpool.pooling import ended, owner
 from slurmpool.pooling.mig import instance_of
-from slurmpool.pooling.release import ReleaseError, destroy, undo
+from slurmpool.pooling.release import HeldByOtherJobs, ReleaseError, destroy, undo
 from slurmpool.records import record
 from slurmpool.state.store import ACTIVE, RELEASED
 
@@ -52,6 +52,9 @@ PATIENCE_S = 2.0
 RETRY_AFTER_S = 60.0
 # The details key holding that time (wall clock, seconds since the epoch).
 RETRY_AFTER_KEY = "retry_after"
+# The details key naming the jobs whose processes held the slice: the epilog of
+# each lifts the wait, so the slice goes as soon as they do.
+WAITS_FOR_KEY = "waits_for"
 
 
 # Why a record is finished.
@@ -162,11 +165,29 @@ def _forget_an_earlier_boot(node: Node) -> None:
     node.log.event("node-rebooted", level="warning", released=len(live), boot=boot)
 
 
-def defer(store: NodeStore, r: Allocation) -> None:
-    """``r`` could not be undone now: leave it ownerless, for a try after
-    :data:`RETRY_AFTER_S` (inside the caller's transaction)."""
+def defer(store: NodeStore, r: Allocation, error: Exception | None = None) -> None:
+    """``r`` could not be undone now (``error`` says why): leave it ownerless, for a
+    try after :data:`RETRY_AFTER_S`, or as soon as the jobs holding it have ended
+    (inside the caller's transaction)."""
     store.set_owner(r.id, None, None)
-    store.set_details(r.id, {**r.details, RETRY_AFTER_KEY: time.time() + RETRY_AFTER_S})
+    details = {**r.details, RETRY_AFTER_KEY: time.time() + RETRY_AFTER_S}
+    if isinstance(error, HeldByOtherJobs):
+        details[WAITS_FOR_KEY] = list(error.jobs)
+    store.set_details(r.id, details)
+
+
+def stop_waiting_for(store: NodeStore, job_id: str) -> list[int]:
+    """Job ``job_id`` ended: records deferred because its processes held them may be
+    tried now (inside the caller's transaction); returns their ids."""
+    freed = []
+    for r in store.live():
+        if job_id in r.details.get(WAITS_FOR_KEY, ()):
+            details = {
+                k: v for k, v in r.details.items() if k not in (RETRY_AFTER_KEY, WAITS_FOR_KEY)
+            }
+            store.set_details(r.id, details)
+            freed.append(r.id)
+    return freed
 
 
 def settle(node: Node, todo: ReconcilePlan, patience_s: float = PATIENCE_S) -> list[str]:
@@ -182,7 +203,7 @@ def settle(node: Node, todo: ReconcilePlan, patience_s: float = PATIENCE_S) -> l
             result = undo(node, r, patience_s)
         except (ReleaseError, GpuBackendError, OSError) as e:
             with store.transaction():
-                defer(store, r)
+                defer(store, r, e)
             node.log.event(
                 "reconcile-stuck",
                 level="error",

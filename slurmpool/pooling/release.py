@@ -15,7 +15,7 @@ from slurmpool.modes import GpuMode
 from slurmpool.pooling import caps, vfio
 from slurmpool.pooling.deadline import EXIT_RESERVE_S
 from slurmpool.pooling.mig import instance_of
-from slurmpool.pooling.procs import stop_processes
+from slurmpool.pooling.procs import split_by_job, stop_processes
 from slurmpool.records import record
 
 TYPE_CHECKING = False
@@ -32,6 +32,14 @@ class ReleaseError(RuntimeError):
     """An allocation could not be undone within the hook's time bound."""
 
 
+class HeldByOtherJobs(ReleaseError):
+    """Another job's processes hold the slice: it can go only after them."""
+
+    def __init__(self, message: str, jobs: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.jobs = jobs
+
+
 @record(frozen=True, slots=True)
 class Undone:
     record_id: int
@@ -45,9 +53,45 @@ def _gpu_cfg(node: Node, record: Allocation) -> NodeGpu:
     raise ReleaseError(f"allocation {record.id}: GPU {record.gpu_index} is not in the node config")
 
 
-def destroy(node: Node, nvml_index: int, inst: MigInstance, patience_s: float | None = None) -> int:
+def spare_other_jobs(
+    node: Node, pids: list[int], job_id: str | None, where: str, wait: bool = True
+) -> list[int]:
+    """Of ``pids`` on ``job_id``'s slice, those to stop; other jobs' processes are
+    spared and logged (they reached a slice not theirs).  With ``wait`` (an instance
+    cannot go while they hold it), a ReleaseError says the slice waits for them."""
+    if job_id is None or not pids:
+        return pids
+    stop, others = split_by_job(pids, job_id, node.proc_root)
+    if others:
+        node.log.event(
+            "foreign-process",
+            level="warning",
+            job=job_id,
+            on=where,
+            pids=",".join(map(str, others)),
+            jobs=",".join(sorted(set(others.values()))),
+        )
+        if wait and not stop:
+            jobs = tuple(sorted(set(others.values())))
+            raise HeldByOtherJobs(
+                f"{where}: in use by job(s) {', '.join(jobs)}, not job {job_id}: "
+                "left for after them",
+                jobs,
+            )
+    return stop
+
+
+def destroy(
+    node: Node,
+    nvml_index: int,
+    inst: MigInstance,
+    patience_s: float | None = None,
+    job_id: str | None = None,
+) -> int:
     """Stop what runs on ``inst``, destroy its CI and GI; retry while in use, for at most
     ``patience_s`` (default the policy's ``destroy_retry_s``) within the deadline.
+    With ``job_id``, only that job's processes (and those of no job) are stopped: an
+    instance another job's process holds is left for after it.
 
     Returns how many stray processes were stopped.  Never call it holding the node lock.
     """
@@ -57,8 +101,10 @@ def destroy(node: Node, nvml_index: int, inst: MigInstance, patience_s: float | 
     limit = node.deadline.within(wanted, EXIT_RESERVE_S)
     deadline = time.monotonic() + limit
     stopped = 0
+    where = f"GPU {nvml_index} instance {inst.gi_id}"
     while True:
         pids = [p.pid for p in backend.processes(nvml_index, inst.gi_id)]
+        pids = spare_other_jobs(node, pids, job_id, where)
         if pids:
             grace = min(kill_grace(node), max(0.0, deadline - time.monotonic()))
             left = stop_processes(pids, grace, node.proc_root)
@@ -101,7 +147,7 @@ def _undo_mig(node: Node, record: Allocation, patience_s: float | None) -> Undon
     caps.restore(node.devices_root, sorted(minors))
     if inst is None:
         return Undone(record.id, "instance already gone")
-    stopped = destroy(node, index, inst, patience_s)
+    stopped = destroy(node, index, inst, patience_s, job_id=record.job_id)
     what = f"destroyed {inst.profile} gi{inst.gi_id} at {inst.placement} on GPU {index}"
     return Undone(record.id, what + (f", stopped {stopped} stray process(es)" if stopped else ""))
 
@@ -119,6 +165,7 @@ def _undo_passthrough(node: Node, record: Allocation, _patience_s: float | None)
     else:
         index = node.nvml_index(gpu)
         pids = [p.pid for p in node.backend().processes(index)]
+        pids = spare_other_jobs(node, pids, record.job_id, f"GPU {index}", wait=False)
         if pids:
             left = stop_processes(pids, kill_grace(node), node.proc_root)
             if left:

@@ -313,6 +313,61 @@ def test_another_user_cannot_use_a_neighbours_mig_instance(cluster: Cluster) -> 
     wait_empty(cluster, node)
 
 
+def test_a_jobs_end_spares_another_jobs_process_on_its_instance(cluster: Cluster) -> None:
+    """Two jobs of one user: the second runs on the first's MIG instance (the user owns
+    both instances' capability files).  The first job's epilog finds the process's job
+    by its cgroup and leaves it alone; the instance goes once the second job ends."""
+    node = "sbx1"
+    wait_empty(cluster, node)
+    first_out, second_out = cluster.workdir / "first.out", cluster.workdir / "second.out"
+    release_first, release_second = cluster.release_file("first"), cluster.release_file("2nd")
+    first = submit_on(
+        cluster,
+        node,
+        "--gres=vgpu:1",
+        first_out,
+        f"echo $CUDA_VISIBLE_DEVICES; {held(release_first)}",
+        user="sp-alice",
+    )
+    second = None
+    try:
+        uuid = poll("the first job's instance", lambda: first_line(first_out), 30)
+        assert uuid.startswith("MIG-")
+        second = submit_on(
+            cluster,
+            node,
+            "--gres=vgpu:1",
+            second_out,
+            f"CUDA_VISIBLE_DEVICES={uuid} {workload(until=release_second)}; echo rc=$?",
+            user="sp-alice",
+        )
+        poll("the second job on the first's instance", lambda: "running: pid" in _text(second_out))
+        release_first.touch()
+        assert cluster.wait(first, 60) == "COMPLETED"
+        lines = poll(
+            "the first job's epilog to see the second job's process",
+            lambda: [ln for ln in hook_lines(cluster, node, first) if "foreign-process" in ln],
+            60,
+        )
+        assert f"jobs={second}" in lines[0]
+        assert uuid in by_uuid(cluster, node)  # not destroyed under the second job
+        assert "rc=" not in _text(second_out)  # its workload still runs
+        release_second.touch()
+        assert cluster.wait(second, 60) == "COMPLETED"
+        assert "rc=0" in second_out.read_text()
+        poll("the first job's instance to go", lambda: uuid not in by_uuid(cluster, node), 60)
+        assert any("no-longer-held" in ln for ln in hook_lines(cluster, node, second))
+    finally:
+        release_first.touch()
+        release_second.touch()
+        cancel(cluster, [j for j in (first, second) if j is not None])
+    wait_empty(cluster, node)
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 def _run_hook(cluster: Cluster, node: str, hook: str, env: dict[str, str]) -> Any:
     wrapper = str(cluster.sandbox.layout.node_root / "hooks" / hook)
     full = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURMD_NODENAME": node, **env}

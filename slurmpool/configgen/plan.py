@@ -169,9 +169,7 @@ def plan_class(
             # every other gpu type, which 24.11's slurmctld refuses against typed
             # shards in Gres= ("gres/shard type (a100) reported but not configured").
             lines.append(
-                GresLine(
-                    f"NodeName={nodes} Name=shard Count={spec.shares} File={files}{cores_opt}"
-                )
+                GresLine(f"NodeName={nodes} Name=shard Count={spec.shares} File={files}{cores_opt}")
             )
             gres_counts[f"gpu:{t}"] = gres_counts.get(f"gpu:{t}", 0) + 1
             gres_counts["shard"] = gres_counts.get("shard", 0) + spec.shares

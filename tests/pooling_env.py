@@ -273,6 +273,8 @@ def make_pool(
             "devices_root": str(dev),
             "mig_minors": str(sim_dir / "proc" / "driver" / "nvidia-caps" / "mig-minors"),
             "slurm_config_dir": str(root / "etc"),
+            # No devices controller here: the prolog leaves the machine's cgroups alone.
+            "job_cgroup_root": str(root / "cgroup" / "devices" / "slurm"),
             **(extra_paths or {}),
         },
         "hooks": HOOKS,

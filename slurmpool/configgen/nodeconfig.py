@@ -76,6 +76,7 @@ DEFAULT_PATHS = {
     "vfio_dev_dir": "/dev/vfio",
     "proc_root": "/proc",
     "run_dir": "/run/slurmpool",
+    "job_cgroup_root": "/sys/fs/cgroup/devices/slurm",
 }
 
 

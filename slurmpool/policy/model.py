@@ -86,6 +86,7 @@ class Paths:
     sysfs_root: str
     vfio_dev_dir: str
     proc_root: str
+    job_cgroup_root: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,6 +208,19 @@ PATHS = Obj(
         _path("sysfs_root sysfs, for vfio-pci rebinding", "/sys"),
         _path("vfio_dev_dir directory of the vfio group device files", "/dev/vfio"),
         _path("proc_root procfs, for process to job attribution", "/proc"),
+        Field(
+            "job_cgroup_root",
+            Str(
+                expected="an absolute path without spaces or quotes (%n: the node name)",
+                pattern=rf"/(?:{_PATH_CHAR}|%n)*",
+                substitute=True,
+                schema_pattern=rf"(?:{_PATH_CHAR}|%n|{VAR_PATTERN})+",
+                description="Slurm's cgroup v1 devices directory for the node's jobs "
+                "(slurm_%n where several slurmd share a host); the prolog fences MIG "
+                "capability devices below it",
+            ),
+            default="/sys/fs/cgroup/devices/slurm",
+        ),
     ],
 )
 

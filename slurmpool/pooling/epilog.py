@@ -11,6 +11,7 @@ A second run finds nothing live for the job and changes nothing.
 from __future__ import annotations
 
 from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
+from slurmpool.modes import GpuMode
 from slurmpool.pooling import ended, jobfile, owner
 from slurmpool.pooling.node import Broken
 from slurmpool.pooling.reconcile import defer, reconcile, stop_waiting_for
@@ -29,7 +30,9 @@ def run_epilog(node: Node, job: Job) -> int:
     """The epilog; returns its exit status (1 only for a broken node)."""
     try:
         _summarise(node, job)
-        return _release(node, job)
+        rc = _release(node, job)
+        _remove_fence(node, job)
+        return rc
     except StoreBusy as e:
         # Busy, not broken: the next hook's reconcile gives the job's GPUs back.
         ended.mark(node.run_dir, job.job_id)
@@ -115,6 +118,23 @@ def _release(node: Node, job: Job) -> int:
         for line in reconcile(node):
             log.event("reconciled", job=job.job_id, detail=line)
     return 0
+
+
+def _remove_fence(node: Node, job: Job) -> None:
+    """Remove the devices cgroup the prolog made for the job, if slurmstepd never
+    used it (a requeued job) and so left it behind."""
+    if not node.gpus(GpuMode.MIG):
+        return
+    from slurmpool.pooling import fence
+
+    template = node.config.path("job_cgroup_root")
+    if not fence.controller_mounted(template, node.name):
+        return
+    try:
+        if fence.remove(fence.job_cgroup(template, node.name, job.uid, job.job_id)):
+            node.log.event("fence-removed", job=job.job_id)
+    except fence.FenceError as e:
+        node.log.event("fence-left", level="warning", job=job.job_id, error=clean(str(e)))
 
 
 def _owned_by_live(node: Node, a: Allocation) -> bool:

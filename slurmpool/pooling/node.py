@@ -123,6 +123,11 @@ class Node:
             )
         return self._store
 
+    def opened_store(self) -> NodeStore | None:
+        """The store if this hook run opened it already (a run that never did
+        allocated nothing)."""
+        return self._store
+
     def backend(self) -> GpuBackend:
         if self._backend is None:
             self._backend = self.open_backend()

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     from slurmpool.configgen.nodeconfig import NodeGpu
+    from slurmpool.driver.mig_minors import MigMinors
     from slurmpool.placement import GpuOccupancy
     from slurmpool.pooling.node import Job, Node
 
@@ -105,9 +106,9 @@ def run_prolog(
     give back whatever it began and requeue the job.
     """
     try:
-        if after_kill:
-            return _after_kill(node, job, slurm)
-        return _prolog(node, job, env, slurm)
+        rc = _after_kill(node, job, slurm) if after_kill else _prolog(node, job, env, slurm)
+        _fence(node, job)
+        return rc
     except StoreBusy as e:
         # Whatever this run began stays owned by it: once it exits, reconcile undoes it.
         node.log.event("node-busy", level="warning", job=job.job_id, error=clean(str(e), 300))
@@ -266,6 +267,60 @@ def _undo_job(node: Node, job: Job, why: str) -> None:
             store.set_state(a.id, RELEASED, note=f"{why}: {result.detail}")
         node.log.event("undone", job=job.job_id, alloc=a.id, why=why, detail=result.detail)
     jobfile.remove(node.run_dir, job.job_id)
+
+
+def _fence(node: Node, job: Job) -> None:
+    """Deny the job every MIG capability device of the node but its own, where the
+    node's devices cgroup can say so (see :mod:`slurmpool.pooling.fence`).  Every
+    job on a node with ``mig`` GPUs, CPU-only ones too: any job can open
+    ``/dev/nvidiaN`` of a ``mig`` GPU, so the capability files are the only gate.
+
+    A node that should fence and cannot is broken: the job's allocation is undone
+    and the node drains, rather than run the job unfenced.
+    """
+    gpus = node.gpus(GpuMode.MIG)
+    if not gpus:
+        return
+    from slurmpool.pooling import fence
+
+    template = node.config.path("job_cgroup_root")
+    if not fence.controller_mounted(template, node.name):
+        return  # cgroup v2 or no devices controller: doctor reports what isolates jobs
+    minors = fence.capability_minors(_mig_minors(node), (g.minor for g in gpus))
+    if not minors:
+        raise Broken(
+            f"{node.config.path('mig_minors')} lists no capability of GPU minors "
+            f"{', '.join(str(g.minor) for g in gpus)}"
+        )
+    major = fence.caps_major(node.devices_root, min(minors))
+    if major is None:
+        return  # capability files that are not device nodes: nothing a cgroup can fence
+    store = node.opened_store()
+    own = {
+        m
+        for a in (store.for_job(job.job_id) if store is not None else ())
+        if a.mode is GpuMode.MIG and a.state == ACTIVE
+        for m in a.cap_minors
+    }
+    try:
+        cgroup = fence.job_cgroup(template, node.name, job.uid, job.job_id)
+        denied = fence.apply(cgroup, fence.deny_rules(major, minors - own))
+    except fence.FenceError as e:
+        _undo_job(node, job, "devices cgroup not written")
+        raise Broken(f"cannot fence job {job.job_id}'s MIG capabilities: {e.strerror}") from None
+    if own:
+        node.log.event("fenced", job=job.job_id, denied=denied, own=",".join(map(str, sorted(own))))
+
+
+def _mig_minors(node: Node) -> MigMinors:
+    from slurmpool.driver.mig_minors import parse_mig_minors
+
+    path = node.config.path("mig_minors")
+    try:
+        with open(path) as f:
+            return parse_mig_minors(f.read(), path)
+    except (OSError, ValueError) as e:
+        raise Broken(f"cannot read the MIG capability table {path}: {e}") from None
 
 
 # -- mig -----------------------------------------------------------------------

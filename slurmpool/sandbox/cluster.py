@@ -266,6 +266,8 @@ def _is_user(name: str) -> bool:
 
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# ${root}/cgroup: the machine's cgroup hierarchy, where it can fence devices.
+CGROUP_LINK = "cgroup"
 
 
 def host_fences_devices(cgroup_root: Path = CGROUP_ROOT) -> bool:
@@ -612,6 +614,10 @@ class Sandbox:
             for sub in PER_HOST_DIRS:
                 (L.host_dir(name) / sub).mkdir(parents=True, exist_ok=True)
             os.chmod(L.host_dir(name) / "state", STATE_DIR_MODE)
+        if host_fences_devices():
+            # The sandbox policies' job_cgroup_root lies below it: the prolog fences
+            # MIG capabilities in the job cgroups slurmd makes there.
+            (L.node_root / CGROUP_LINK).symlink_to(CGROUP_ROOT)
 
     def _spawn(
         self, state: SandboxState, name: str, argv: Sequence[str], env: dict[str, str]

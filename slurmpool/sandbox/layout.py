@@ -7,6 +7,7 @@
         etc/slurm/            slurm.conf (+ Include), generated files, slurmdbd.conf
         hooks/                hook wrappers (shared by all hosts)
         sim/ dev/ proc/ state/  mount points: each slurmd sees its own host's copy
+        cgroup                a link to /sys/fs/cgroup where it has the v1 devices controller
     <dir>/hosts/<node>/{sim,dev,proc,state}   the per-host directories
     <dir>/site/               the site's own prolog (what slurmpool must coexist with)
     <dir>/etc-hosts           /etc/hosts as the Slurm daemons see it (names on loopback)

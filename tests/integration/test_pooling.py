@@ -17,6 +17,7 @@ from typing import Any
 
 import needs
 
+from slurmpool.sandbox.cluster import host_fences_devices
 from slurmpool.sim.faults import plant
 from slurmpool.slurm.parse import parse_jobs, parse_nodes
 
@@ -313,10 +314,16 @@ def test_another_user_cannot_use_a_neighbours_mig_instance(cluster: Cluster) -> 
     wait_empty(cluster, node)
 
 
-def test_a_jobs_end_spares_another_jobs_process_on_its_instance(cluster: Cluster) -> None:
-    """Two jobs of one user: the second runs on the first's MIG instance (the user owns
-    both instances' capability files).  The first job's epilog finds the process's job
-    by its cgroup and leaves it alone; the instance goes once the second job ends."""
+def test_a_users_second_job_and_her_first_jobs_instance(cluster: Cluster) -> None:
+    """Two jobs of one user; the second points CUDA at the first's MIG instance (she
+    owns both instances' capability files).
+
+    Where the node has the cgroup v1 devices controller (the sandbox's slurmd then
+    uses task/cgroup), the prolog fenced the second job's cgroup: the device cgroup
+    refuses the first's capability devices.  Elsewhere the workload runs there, and
+    the first job's epilog finds the process's job by its cgroup, leaves it alone,
+    and the instance goes once the second job ends.
+    """
     node = "sbx1"
     wait_empty(cluster, node)
     first_out, second_out = cluster.workdir / "first.out", cluster.workdir / "second.out"
@@ -338,30 +345,49 @@ def test_a_jobs_end_spares_another_jobs_process_on_its_instance(cluster: Cluster
             node,
             "--gres=vgpu:1",
             second_out,
-            f"CUDA_VISIBLE_DEVICES={uuid} {workload(until=release_second)}; echo rc=$?",
+            f"{workload(1)}; echo own=$?; "
+            f"CUDA_VISIBLE_DEVICES={uuid} {workload(until=release_second)}; echo first=$?",
             user="sp-alice",
         )
-        poll("the second job on the first's instance", lambda: "running: pid" in _text(second_out))
-        release_first.touch()
-        assert cluster.wait(first, 60) == "COMPLETED"
-        lines = poll(
-            "the first job's epilog to see the second job's process",
-            lambda: [ln for ln in hook_lines(cluster, node, first) if "foreign-process" in ln],
-            60,
-        )
-        assert f"jobs={second}" in lines[0]
-        assert uuid in by_uuid(cluster, node)  # not destroyed under the second job
-        assert "rc=" not in _text(second_out)  # its workload still runs
-        release_second.touch()
-        assert cluster.wait(second, 60) == "COMPLETED"
-        assert "rc=0" in second_out.read_text()
-        poll("the first job's instance to go", lambda: uuid not in by_uuid(cluster, node), 60)
-        assert any("no-longer-held" in ln for ln in hook_lines(cluster, node, second))
+        if host_fences_devices():
+            assert cluster.wait(second, 60) == "COMPLETED"
+            text = second_out.read_text()
+            assert "own=0" in text  # her second job's own instance works
+            assert "first=3" in text  # EXIT_PERMISSION
+            assert "device cgroup does not allow" in text and uuid in text
+            assert any("action=fenced" in ln for ln in hook_lines(cluster, node, second))
+        else:
+            releases = (release_first, release_second)
+            _spared_by_the_first_jobs_epilog(cluster, node, (first, second), releases, uuid)
     finally:
         release_first.touch()
         release_second.touch()
         cancel(cluster, [j for j in (first, second) if j is not None])
+    cluster.wait(first, 60)
     wait_empty(cluster, node)
+
+
+def _spared_by_the_first_jobs_epilog(
+    cluster: Cluster, node: str, jobs: tuple[int, int], releases: tuple[Path, Path], uuid: str
+) -> None:
+    first, second = jobs
+    out = cluster.workdir / "second.out"
+    poll("the second job on the first's instance", lambda: _text(out).count("running: pid") == 2)
+    releases[0].touch()
+    assert cluster.wait(first, 60) == "COMPLETED"
+    lines = poll(
+        "the first job's epilog to see the second job's process",
+        lambda: [ln for ln in hook_lines(cluster, node, first) if "foreign-process" in ln],
+        60,
+    )
+    assert f"jobs={second}" in lines[0]
+    assert uuid in by_uuid(cluster, node)  # not destroyed under the second job
+    assert "first=" not in _text(out)  # its workload still runs
+    releases[1].touch()
+    assert cluster.wait(second, 60) == "COMPLETED"
+    assert "first=0" in out.read_text()
+    poll("the first job's instance to go", lambda: uuid not in by_uuid(cluster, node), 60)
+    assert any("no-longer-held" in ln for ln in hook_lines(cluster, node, second))
 
 
 def _text(path: Path) -> str:

@@ -9,6 +9,8 @@ Checks, in order (each yields :class:`Finding` objects):
 * ``hooks``: the four wrappers are installed and executable, slurm.conf
   includes slurmpool's fragment;
 * ``state-dir``: exists, a directory, root-owned, install's mode, writable;
+* ``isolation``: per GPU mode of the node, what keeps a job from what other
+  jobs hold (:mod:`slurmpool.isolation`); informative, never a failure;
 * ``slurm-version``: the node runs the Slurm release the config was generated
   for (``slurmd -V``);
 * ``slurm-node``: ``scontrol show node <name>`` shows the GRES the generated
@@ -40,7 +42,8 @@ from slurmpool.configgen.nodeconfig import (
 )
 from slurmpool.hostlist import HostList, HostlistError
 from slurmpool.install import HOOKS, INCLUDE_MARKER, STATE_DIR_MODE, under
-from slurmpool.slurm.conf import scan_conf, strip_comment
+from slurmpool.isolation import NodeFences, node_isolation
+from slurmpool.slurm.conf import scan_conf, settings, strip_comment
 from slurmpool.slurm.parse import (
     GresConfEntry,
     gres_totals,
@@ -130,6 +133,7 @@ def run_doctor(opts: DoctorOptions) -> DoctorReport:
         findings.extend(check_gpus(config, cls, opts.backend_spec))
     findings.extend(check_hooks(config, opts))
     findings.extend(check_state_dir(opts.root, config.paths["state_dir"]))
+    findings.extend(check_isolation(config, cls, opts))
     if opts.runner is not None:
         conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
         runner = opts.runner.with_conf(conf)
@@ -137,6 +141,49 @@ def run_doctor(opts: DoctorOptions) -> DoctorReport:
         findings.extend(check_slurm_node(config, opts, runner))
         findings.extend(check_slurmd_gres(config, opts, runner))
     return DoctorReport(opts.node, tuple(findings))
+
+
+# --- isolation ------------------------------------------------------------
+
+
+def node_fences(config: NodeConfig, opts: DoctorOptions) -> NodeFences:
+    """What this node runs that fences devices: slurm.conf's TaskPlugin, cgroup.conf,
+    the cgroup hierarchy Slurm uses, and the devices controller the prolog writes to."""
+    from slurmpool.pooling import fence
+
+    etc = config.paths["slurm_config_dir"]
+    conf = opts.slurm_conf or os.path.join(etc, "slurm.conf")
+    slurm = _settings_of(under(opts.root, conf))
+    cgroup_conf = _settings_of(under(opts.root, os.path.join(etc, "cgroup.conf")))
+    plugin = cgroup_conf.get("cgroupplugin", "autodetect").lower()
+    if plugin in ("cgroup/v1", "cgroup/v2"):
+        version = plugin[-2:]
+    else:  # autodetect: v2 where /sys/fs/cgroup is the unified hierarchy itself
+        unified = under(opts.root, "/sys/fs/cgroup/cgroup.controllers").exists()
+        version = "v2" if unified else "v1"
+    template = str(under(opts.root, config.path("job_cgroup_root")))
+    return NodeFences(
+        task_cgroup="task/cgroup"
+        in [p.strip() for p in slurm.get("taskplugin", "").lower().split(",")],
+        constrain_devices=cgroup_conf.get("constraindevices", "no").lower() == "yes",
+        cgroup=version,
+        mig_fence=fence.controller_mounted(template, opts.node),
+    )
+
+
+def _settings_of(path: Path) -> dict[str, str]:
+    try:
+        return settings(path.read_text(errors="replace"))
+    except OSError:
+        return {}
+
+
+def check_isolation(
+    config: NodeConfig, cls: NodeClassConfig, opts: DoctorOptions
+) -> Iterator[Finding]:
+    fences = node_fences(config, opts)
+    for iso in node_isolation([g.mode for g in cls.gpus], fences):
+        yield Finding("isolation", True, iso.line())
 
 
 # --- GPUs -----------------------------------------------------------------

@@ -225,3 +225,38 @@ def test_slurmd_totals_leave_out_the_empty_shard_of_each_other_gpu_type() -> Non
     )
     totals = {k: c for k, (c, _) in slurmd_gres_totals(parse_slurmd_gres(out)).items()}
     assert totals == {("gpu", "a10_shared"): 2, ("gpu", "a10"): 1, ("shard", None): 4}
+
+
+def _isolation(policy: Policy) -> list[str]:
+    report = run_doctor(opts(policy))
+    assert report.ok, report.text()
+    return [f.message for f in report.findings if f.check == "isolation"]
+
+
+def test_doctor_prints_the_isolation_of_each_mode(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    policy = make_node(node, GOOD)
+    etc = Path(policy.paths.slurm_config_dir)
+    cgroup_conf = etc / "cgroup.conf"
+    cgroup_conf.write_text(cgroup_conf.read_text().replace("autodetect", "cgroup/v1"))
+    slurm_conf = etc / "slurm.conf"
+    site = slurm_conf.read_text()
+    slurm_conf.write_text(site + "TaskPlugin=task/affinity, task/cgroup\n")
+    # No devices controller where the policy's job_cgroup_root lies.
+    mig, whole = _isolation(policy)
+    assert mig.startswith("mig: user (") and "no cgroup v1 devices controller" in mig
+    assert whole.startswith("passthrough: job (the device cgroup")
+    # The controller there (a stand-in for the machine's): the prolog's fence works.
+    devices = node / "cgroup" / "devices"
+    devices.mkdir(parents=True)
+    (devices / "devices.deny").touch()
+    mig, whole = _isolation(policy)
+    assert mig.startswith("mig: job (the prolog's device cgroup")
+    # Slurm on cgroup v2: nothing can be added to its device program.
+    cgroup_conf.write_text(cgroup_conf.read_text().replace("cgroup/v1", "cgroup/v2"))
+    mig, _ = _isolation(policy)
+    assert mig.startswith("mig: user (") and mig.endswith("Slurm's alone)")
+    # No task/cgroup: no device cgroup at all.
+    slurm_conf.write_text(site)
+    _, whole = _isolation(policy)
+    assert whole.startswith("passthrough: none (any job can open every GPU")

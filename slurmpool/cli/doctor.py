@@ -16,14 +16,16 @@ from slurmpool.cli.common import (
     var_option,
 )
 from slurmpool.cli.nodeopts import node_option
-from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_NAME
+from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_ENV, NODE_CONFIG_NAME
 
 
 @click.command()
 @click.option(
     "--node-config",
     default=None,
-    help="The compiled node config [<slurm config dir>/node-config.json, from --policy].",
+    envvar=NODE_CONFIG_ENV,
+    help="The compiled node config [$SLURMPOOL_NODE_CONFIG, or <slurm config dir>/"
+    "node-config.json from --policy].",
 )
 @click.option(
     "--policy",

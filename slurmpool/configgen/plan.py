@@ -155,7 +155,7 @@ def plan_class(
         elif spec.mode is GpuMode.SHARED:
             # A File-backed gpu with its shards: the only way Slurm fences a share
             # (ConstrainDevices ignores a GRES without a plugin, such as vgpu, even
-            # with File=; shard needs a gpu on the same file).  See README, "Isolation".
+            # with File=; shard needs a gpu on the same file).  See README, "Security".
             t = shared_type_name(spec.slurm_type)
             files = _gpu_files(devices, minor)
             lines.append(

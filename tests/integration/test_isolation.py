@@ -11,7 +11,9 @@ points CUDA_VISIBLE_DEVICES at a neighbour's GPU is refused as a CUDA program is
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from pathlib import Path
 
 import needs
@@ -145,3 +147,24 @@ def test_shared_and_whole_gpu_jobs_open_only_their_own_gpu(own_sandbox: Sandbox)
         release.touch()
         cancel(cluster, jobs[2:])
     assert cluster.wait(jobs[0], 60) == "COMPLETED"
+
+    # doctor says the same of this node.
+    etc = Path(st.slurm_conf).parent
+    res = cluster.on_node(
+        node,
+        [
+            sys.executable,
+            "-m",
+            "slurmpool",
+            "doctor",
+            "--node-config",
+            str(etc / "node-config.json"),
+            "--node",
+            node,
+            "--json",
+        ],
+    )
+    findings = json.loads(res.stdout)["findings"]
+    isolation = [f["message"] for f in findings if f["check"] == "isolation"]
+    assert isolation[0].startswith("shared: gpu (the device cgroup: a job opens only the GPU")
+    assert isolation[1].startswith("passthrough: job (")

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from slurmpool.doctor import expected_node_gres
-from slurmpool.sandbox.cluster import SandboxError, SandboxOptions, SandboxRunning
+from slurmpool.sandbox.cluster import (
+    SandboxError,
+    SandboxOptions,
+    SandboxRunning,
+    host_fences_devices,
+)
 from slurmpool.slurm.gres import gres_totals, parse_gres
 from slurmpool.slurm.parse import parse_nodes
 
@@ -148,6 +153,15 @@ def test_doctor_passes_on_each_node(cluster: Cluster) -> None:
         # The sandbox generated its config for the Slurm it runs, detected.
         version = next(f for f in report["findings"] if f["check"] == "slurm-version")
         assert "as the config was generated for (slurmd -V)" in version["message"]
+        # What isolates jobs here: the case test_pooling's second-job test checks.
+        isolation = [f["message"] for f in report["findings"] if f["check"] == "isolation"]
+        assert [m.split(":")[0] for m in isolation] == ["mig", "passthrough"]
+        if host_fences_devices():
+            assert isolation[0].startswith("mig: job (the prolog's device cgroup"), isolation
+            assert isolation[1].startswith("passthrough: job ("), isolation
+        else:
+            assert isolation[0].startswith("mig: user ("), isolation
+            assert isolation[1].startswith("passthrough: none ("), isolation
 
 
 def test_doctor_outside_the_node_namespace_finds_the_device_problem(cluster: Cluster) -> None:

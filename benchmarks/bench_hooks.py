@@ -8,7 +8,9 @@ the job's allocation, is answered by a stand-in ``/bin/sh`` script that prints t
 22.05's squeue prints (so no slurmctld is needed; the real call took about 5 ms on the
 sandbox, SLURM_FACTS.md).  Each job is a vgpu:1 MIG job on a simulated two-A100 node.
 A bare ``python3 -c pass`` start is measured in the same run, interleaved with the jobs,
-as the baseline.
+as the baseline.  Run as root on a machine with the cgroup v1 devices controller, the
+prolog's MIG fence writes each job's cgroup for real (270 deny rules), below a cgroup of
+its own that the benchmark removes at the end.
 
 Budget (ARCHITECTURE.md): the three hooks together take at most 1.5 times three bare
 starts at p50.  The benchmark reports OK or OVER BUDGET and exits 0 either way; it exits
@@ -34,9 +36,10 @@ import time
 from pathlib import Path
 
 BUDGET = 1.5
+DEVICES = Path("/sys/fs/cgroup/devices")
 
 
-def _node_config(root: Path, sim_dir: Path, dev: Path, path: Path) -> Path:
+def _node_config(root: Path, sim_dir: Path, dev: Path, path: Path, cgroups: Path) -> Path:
     gpu = {
         "minor": 0,
         "model": "A100-SXM4-80GB",
@@ -60,6 +63,7 @@ def _node_config(root: Path, sim_dir: Path, dev: Path, path: Path) -> Path:
             "devices_root": str(dev),
             "mig_minors": str(sim_dir / "proc" / "driver" / "nvidia-caps" / "mig-minors"),
             "slurm_config_dir": str(root / "etc"),
+            "job_cgroup_root": str(cgroups),
         },
         "hooks": {"prolog_timeout_s": 30, "task_prolog_timeout_s": 10, "epilog_timeout_s": 60},
         "profiles": {
@@ -148,19 +152,27 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="slurmpool-bench-hooks-"))
+    # The prolog's MIG fence writes job cgroups: in a cgroup of the machine's own v1
+    # devices controller where there is one (the real cost), else nowhere.
+    cgroups = root / "cgroup" / "slurm"
+    if os.geteuid() == 0 and (DEVICES / "devices.deny").exists():
+        cgroups = DEVICES / f"slurmpool-bench-{os.getpid()}"
     try:
-        return _bench(args, root)
+        return _bench(args, root, cgroups)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if cgroups.is_relative_to(DEVICES):
+            for d in sorted(cgroups.glob("**/"), key=lambda p: len(p.parts), reverse=True):
+                d.rmdir()
 
 
-def _bench(args: argparse.Namespace, root: Path) -> int:
+def _bench(args: argparse.Namespace, root: Path, cgroups: Path) -> int:
     from slurmpool.sim.node import create_node
 
     sim_dir, dev = root / "sim", root / "dev"
     create_node(sim_dir, dev, [("A100-SXM4-80GB", True)] * 2, node_name="bench1")
     (root / "state").mkdir(mode=0o700)
-    config = _node_config(root, sim_dir, dev, root / "etc" / "node-config.json")
+    config = _node_config(root, sim_dir, dev, root / "etc" / "node-config.json", cgroups)
     py = sys.executable
     wrappers = _wrappers(root, py)
     fake_bin = root / "bin"
@@ -221,6 +233,7 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
         "jobs": args.jobs,
         "how": how,
         "python": py,
+        "job_cgroups": str(cgroups),
         "bare_start_ms": {"p50": bare_p50 * 1e3, "p95": pct(bare, 95) * 1e3},
         "hooks_ms": {
             h: {"p50": statistics.median(v) * 1e3, "p95": pct(v, 95) * 1e3}
@@ -234,7 +247,7 @@ def _bench(args: argparse.Namespace, root: Path) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{args.jobs} jobs, {how}, {py}")
+        print(f"{args.jobs} jobs, {how}, {py}, job cgroups in {cgroups}")
         b = result["bare_start_ms"]
         print(f"bare start        p50 {b['p50']:7.1f} ms  p95 {b['p95']:7.1f} ms")
         for h, v in result["hooks_ms"].items():

@@ -14,6 +14,14 @@ It behaves like a small CUDA program as far as slurmpool can tell:
   ConstrainDevices) denies: it opens each node, and EACCES is the permission
   bits' refusal, EPERM the cgroup's, while ENXIO (no driver behind a mknod'd
   node) means both let it through;
+- where an MPS control daemon listens (``CUDA_MPS_PIPE_DIRECTORY``, see
+  :mod:`slurmpool.sim.mps`) it is an MPS client: it runs on the daemon's GPU,
+  waits while another user's MPS server has clients, uses no more than its
+  active thread percentage (its utilisation is capped there) and fails like a
+  CUDA OOM when it asks for more memory than its pinned memory limit; its own
+  environment can lower those limits, never raise them.  Whether a real
+  client opens ``/dev/nvidiaN`` itself is not established here: the
+  simulator checks the client's access to the served GPU as without MPS;
 - it registers itself (pid, memory, utilisation) on the device for its
   lifetime, refusing memory beyond what is free (like a CUDA OOM), and
   deregisters on exit, SIGTERM and SIGINT; if SIGKILLed, the simulator
@@ -44,6 +52,7 @@ from types import FrameType
 
 from slurmpool.driver.mig_minors import parse_mig_minors
 from slurmpool.sim.devices import cap_path, gpu_path
+from slurmpool.sim.mps import ClientLimits, MpsError, connect_client, disconnect_client
 from slurmpool.sim.processes import attach_process, detach_process
 from slurmpool.sim.state import (
     ENV_STATE_DIR,
@@ -222,10 +231,59 @@ def run(
             file=sys.stderr,
         )
         return EXIT_NO_DEVICE
+    pid = os.getpid()
+    try:
+        mps = connect_client(env, pid)
+    except MpsError as e:
+        print(f"error: MPS: {e}", file=sys.stderr)
+        return EXIT_NO_DEVICE
+    try:
+        return _on_device(state_dir, state, env, device, mps, util, mem_mib, seconds, until_file)
+    finally:
+        if mps is not None:
+            disconnect_client(mps.pipe_dir, pid)
+
+
+def _on_device(
+    state_dir: str,
+    state: State,
+    env: Mapping[str, str],
+    device: VisibleDevice,
+    mps: ClientLimits | None,
+    util: int,
+    mem_mib: int,
+    seconds: float,
+    until_file: str | None,
+) -> int:
+    if mps is not None:
+        # Under MPS the client sees the daemon's GPU, narrowed by its own CUDA_VISIBLE_DEVICES.
+        served = choose_device(mps.gpu, state)
+        if served is None or (env.get("CUDA_VISIBLE_DEVICES") and served.uuid != device.uuid):
+            print(
+                f"error: no CUDA-capable device is detected (the MPS daemon in {mps.pipe_dir} "
+                f"serves {mps.gpu})",
+                file=sys.stderr,
+            )
+            return EXIT_NO_DEVICE
+        device = served
     problem = access_problem(device, state)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_PERMISSION
+    if mps is not None:
+        limit = "none" if mps.pinned_mib is None else f"{mps.pinned_mib} MiB"
+        print(
+            f"mps: server {mps.server}, active threads {mps.threads}%, pinned memory limit {limit}",
+            flush=True,
+        )
+        util = min(util, mps.threads)  # no more of the GPU's SMs than its threads
+        if mps.pinned_mib is not None and mem_mib > mps.pinned_mib:
+            print(
+                f"error: CUDA out of memory: asked for {mem_mib} MiB, the MPS pinned device "
+                f"memory limit is {mps.pinned_mib} MiB",
+                file=sys.stderr,
+            )
+            return EXIT_OOM
     pid = os.getpid()
     try:
         attach_process(

@@ -11,10 +11,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from polling import poll
+
 from slurmpool.sandbox import procs
 
 from .conftest import TERMINAL, Cluster, make_unix_users
-from .polling import poll
 
 
 def run_cli(

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import needs
+from polling import poll
 
 from slurmpool.accounting.codec import decode, find_token
 from slurmpool.accounting.summary import node_of, part_key
@@ -35,7 +36,6 @@ from slurmpool.state.store import store_path
 
 from .acct import admin_comment, outbox_items, start_slurmdbd, stop_slurmdbd, wait_until_accounted
 from .conftest import TERMINAL, Cluster
-from .polling import poll
 
 # What a job asks for, with weights: mostly small slices, some large, some whole GPUs.
 SIZES = (("vgpu:1", 4), ("vgpu:2", 4), ("vgpu:3", 2), ("vgpu:4", 2), ("vgpu:7", 1), ("gpu:1", 2))

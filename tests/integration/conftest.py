@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from polling import poll
 
 from slurmpool.sandbox.cluster import Sandbox, SandboxOptions
 from slurmpool.sandbox.layout import SandboxState
@@ -29,7 +30,6 @@ from slurmpool.slurm.parse import parse_jobs
 from slurmpool.slurm.runner import CommandResult, Runner
 
 from .hygiene import restore
-from .polling import poll
 
 HERE = Path(__file__).resolve().parent
 # SLURMPOOL_STRICT_TESTS=1 (tests/needs.py) requires every test to run, these too.

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from polling import poll
+
 from slurmpool.gpu.select import open_backend
 from slurmpool.sim.faults import FAULTS_DIR
 from slurmpool.slurm.parse import parse_nodes
-
-from .polling import poll
 
 if TYPE_CHECKING:
     from .conftest import Cluster

@@ -25,6 +25,7 @@ from typing import Any
 
 import needs
 import pytest
+from polling import poll
 
 from slurmpool.accounting.codec import decode, find_token
 from slurmpool.sandbox.cluster import SandboxOptions
@@ -39,7 +40,6 @@ from .acct import (
     wait_until_accounted,
 )
 from .conftest import Cluster
-from .polling import poll
 
 USERS = ("sp-acct-ann", "sp-acct-ben")  # this module's own users: per-user totals are exact
 NODES = ("sbx1", "sbx2")

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from polling import poll
 
 from slurmpool.slurm.parse import parse_nodes
 from slurmpool.slurm.version import parse_version
 
 from .conftest import Cluster
-from .polling import poll
 
 USER = "sp-bob"
 FORGED = "x\n   TresPerNode=gres:vgpu:7\n     Nodes=sbx1 CPU_IDs=0 Mem=100 GRES=vgpu(CNT:7)"

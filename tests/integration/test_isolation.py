@@ -18,11 +18,11 @@ from pathlib import Path
 
 import needs
 import pytest
+from polling import poll
 
 from slurmpool.sandbox.cluster import Sandbox, host_fences_devices
 
 from .conftest import Cluster
-from .polling import poll
 from .test_pooling import cancel, submit_on, workload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import needs
+from polling import poll
 
 from slurmpool.sandbox.cluster import host_fences_devices
 from slurmpool.sim.faults import plant
 from slurmpool.slurm.parse import parse_jobs, parse_nodes
 
 from .conftest import Cluster
-from .polling import poll
 
 # Requeued jobs wait about cred_expire (10 s) plus the next main scheduling pass
 # (sched_interval=5 in the sandbox): ~21 s measured; the bound only a failure reaches.

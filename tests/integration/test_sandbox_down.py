@@ -7,11 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from polling import poll
 
 from slurmpool.sandbox import procs
 from slurmpool.sandbox.cluster import Sandbox
-
-from .polling import poll
 
 pytestmark = pytest.mark.own_sandbox
 

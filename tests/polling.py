@@ -1,4 +1,4 @@
-"""Waiting on state, the one way the integration tests wait."""
+"""Waiting on state, the one way the tests wait (integration and unit alike)."""
 
 from __future__ import annotations
 

@@ -43,6 +43,7 @@ from slurmpool.configgen.nodeconfig import (
 from slurmpool.hostlist import HostList, HostlistError
 from slurmpool.install import HOOKS, INCLUDE_MARKER, STATE_DIR_MODE, under
 from slurmpool.isolation import NodeFences, node_isolation
+from slurmpool.modes import GpuMode
 from slurmpool.slurm.conf import scan_conf, settings, strip_comment
 from slurmpool.slurm.parse import (
     GresConfEntry,
@@ -182,7 +183,8 @@ def check_isolation(
     config: NodeConfig, cls: NodeClassConfig, opts: DoctorOptions
 ) -> Iterator[Finding]:
     fences = node_fences(config, opts)
-    for iso in node_isolation([g.mode for g in cls.gpus], fences):
+    mps = any(g.mps for g in cls.gpus if g.mode is GpuMode.SHARED)
+    for iso in node_isolation([g.mode for g in cls.gpus], fences, mps):
         yield Finding("isolation", True, iso.line())
 
 

@@ -56,18 +56,21 @@ class Isolation:
         return f"{self.mode}: {self.level} ({self.detail})"
 
 
-def isolation(mode: GpuMode, node: NodeFences) -> Isolation:
-    """How far a job on a GPU of ``mode`` is fenced from what other jobs hold."""
+def isolation(mode: GpuMode, node: NodeFences, mps: bool = False) -> Isolation:
+    """How far a job on a GPU of ``mode`` is fenced from what other jobs hold
+    (``mps``: its shared GPUs run an MPS control daemon that holds the limits)."""
     if mode is GpuMode.MIG:
         return _mig(node)
     if not node.devices:
         return Isolation(mode, NONE, f"any job can open every GPU: {node.why_not_devices()}")
     if mode is GpuMode.SHARED:
+        within = (
+            "MPS holds each user's server there to the user's shares; one user's server at a time"
+            if mps
+            else "which it time-slices with the other jobs there, with no limit"
+        )
         return Isolation(
-            mode,
-            GPU,
-            "the device cgroup: a job opens only the GPU its shares are on, which it "
-            "time-slices with the other jobs there",
+            mode, GPU, f"the device cgroup: a job opens only the GPU its shares are on; {within}"
         )
     what = "MIG instances" if mode is GpuMode.MIG_STATIC else "GPUs"
     return Isolation(mode, JOB, f"the device cgroup: a job opens only the {what} Slurm gave it")
@@ -95,6 +98,6 @@ def _mig(node: NodeFences) -> Isolation:
     )
 
 
-def node_isolation(modes: list[GpuMode], node: NodeFences) -> list[Isolation]:
+def node_isolation(modes: list[GpuMode], node: NodeFences, mps: bool = False) -> list[Isolation]:
     """One line per mode, in the order given, each mode once."""
-    return [isolation(m, node) for m in dict.fromkeys(modes)]
+    return [isolation(m, node, mps) for m in dict.fromkeys(modes)]

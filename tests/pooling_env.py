@@ -275,6 +275,7 @@ def make_pool(
             "slurm_config_dir": str(root / "etc"),
             # No devices controller here: the prolog leaves the machine's cgroups alone.
             "job_cgroup_root": str(root / "cgroup" / "devices" / "slurm"),
+            "mps_control": str(root / "bin" / "nvidia-cuda-mps-control"),
             **(extra_paths or {}),
         },
         "hooks": HOOKS,
@@ -306,6 +307,9 @@ def make_pool(
     squeue = bin_dir / "squeue"
     squeue.write_text(FAKE_SQUEUE.format(calls=bin_dir / "calls.log", jobs=bin_dir / "jobs"))
     squeue.chmod(0o755)
+    mps_control = bin_dir / "nvidia-cuda-mps-control"  # the simulated one
+    mps_control.write_text(f'#!/bin/sh\nexec {sys.executable} -I -m slurmpool.sim.mps "$@"\n')
+    mps_control.chmod(0o755)
     pool = Pool(root, config_path, sim_dir, dev, bin_dir)
     pool.set_job_record("0", "(null)")
     return pool

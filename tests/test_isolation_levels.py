@@ -65,3 +65,11 @@ def test_one_line_per_mode_in_the_order_the_gpus_come() -> None:
     lines = [i.line() for i in node_isolation(modes, FENCED_V1)]
     assert [ln.split(":")[0] for ln in lines] == ["mig", "passthrough"]
     assert lines[1].startswith("passthrough: job (the device cgroup")
+
+
+def test_a_shared_gpu_under_mps_says_who_holds_the_limits() -> None:
+    plain = isolation(GpuMode.SHARED, FENCED_V1).detail
+    held = isolation(GpuMode.SHARED, FENCED_V1, mps=True).detail
+    assert "with no limit" in plain
+    assert "MPS holds each user's server there to the user's shares" in held
+    assert "one user's server at a time" in held

@@ -5,6 +5,7 @@ each step, concurrency, requeue, shared shares, passthrough checks."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -514,10 +515,76 @@ def test_shared_shares_on_the_gpu_slurm_chose_with_mps_limits(tmp_path: Path) ->
         assert got["CUDA_VISIBLE_DEVICES"] == b.gpu(0).uuid
     assert got["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "75"
     assert got["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].startswith("0=")
-    for env in envs:
+    # The limits the environment cannot raise: the user's MPS server on each GPU,
+    # held to the user's shares there (3 of 4 on GPU 0; 2 + 1 of 4 on GPU 1).
+    pipes = [pool.root / "run" / "mps" / f"gpu{i}" for i in (0, 1)]
+    assert got["CUDA_MPS_PIPE_DIRECTORY"] == str(pipes[0])
+    servers = [_mps(pipe, "get_server_list").split() for pipe in pipes]
+    assert [len(s) for s in servers] == [1, 1]
+    for pipe, [server] in zip(pipes, servers, strict=True):
+        assert _mps(pipe, f"get_active_thread_percentage {server}") == "75"
+        assert _owner(int(server)) == 1000
+    assert _mps(pipes[0], f"get_device_pinned_mem_limit {servers[0][0]} 0") == "36864M"
+    assert pool.hook("epilog", envs[1])[0] == 0  # GPU 1 keeps the user's one share
+    assert _mps(pipes[1], f"get_active_thread_percentage {servers[1][0]}") == "25"
+    for env in (envs[0], envs[2]):
         assert pool.hook("epilog", env)[0] == 0
     with pool.store() as store:
         assert store.live() == []
+    assert not any((pipe / "nvidia-cuda-mps-control.pid").exists() for pipe in pipes)
+    assert not any(os.path.exists(f"/proc/{s[0]}") for s in servers)  # servers stopped
+
+
+def test_another_users_mps_job_waits_its_turn_held_to_one_share(tmp_path: Path) -> None:
+    """MPS runs one user's server at a time: while root's client runs on GPU 0, bob's
+    job starts no server; the one that starts for him later has one share's limits.
+    (Root's, so that the client reaches pytest's private directory.)"""
+    pool = _shared_pool(tmp_path)
+    first = pool.env("930", uid=0, user="root", SLURM_JOB_GPUS="0")
+    pool.set_allocation("930", 2, gres="shard")
+    assert pool.hook("prolog", first)[0] == 0
+    pipe = pool.root / "run" / "mps" / "gpu0"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SLURMPOOL_SIM_STATE": str(pool.sim_dir),
+        "CUDA_MPS_PIPE_DIRECTORY": str(pipe),
+    }
+    release = tmp_path / "release"
+    client = subprocess.Popen(
+        [sys.executable, "-m", "slurmpool.sim.workload", "--until-file", str(release)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert client.stdout is not None
+        assert "active threads 50%" in client.stdout.readline()  # root: 2 of 4 shares
+        bob = pool.env("931", uid=1000, user="bob", SLURM_JOB_GPUS="0")
+        pool.set_allocation("931", 1, gres="shard")
+        rc, _, err = pool.hook("prolog", bob)
+        assert rc == 0, err
+        assert "action=mps" in err and "waits: server" in err and "of uid 0 has clients" in err
+        [server] = _mps(pipe, "get_server_list").split()
+        assert _owner(int(server)) == 0  # still root's
+        assert _mps(pipe, "get_default_active_thread_percentage") == "25"
+    finally:
+        release.touch()
+        client.wait(60)
+    for job in (first, bob):
+        assert pool.hook("epilog", job)[0] == 0
+    assert not (pipe / "nvidia-cuda-mps-control.pid").exists()
+
+
+def _mps(pipe: Path, line: str) -> str:
+    from slurmpool.sim.mps import request
+
+    ok, answer = request(str(pipe), line)
+    assert ok, answer
+    return answer
+
+
+def _owner(pid: int) -> int:
+    return os.stat(f"/proc/{pid}").st_uid
 
 
 def test_a_shared_gpu_given_whole_is_a_whole_gpu(tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ DEFAULT_PATHS = {
     "proc_root": "/proc",
     "run_dir": "/run/slurmpool",
     "job_cgroup_root": "/sys/fs/cgroup/devices/slurm",
+    "mps_control": "/usr/bin/nvidia-cuda-mps-control",
 }
 
 

@@ -87,6 +87,7 @@ class Paths:
     vfio_dev_dir: str
     proc_root: str
     job_cgroup_root: str
+    mps_control: str
 
 
 @dataclass(frozen=True, slots=True)

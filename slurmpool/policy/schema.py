@@ -221,6 +221,10 @@ PATHS = Obj(
             ),
             default="/sys/fs/cgroup/devices/slurm",
         ),
+        _path(
+            "mps_control the nvidia-cuda-mps-control program (shared GPUs with mps: true)",
+            "/usr/bin/nvidia-cuda-mps-control",
+        ),
     ],
 )
 

@@ -104,6 +104,7 @@ def _release(node: Node, job: Job) -> int:
             store.set_owner(a.id, None, None)
             store.set_state(a.id, RELEASED, note=result.detail)
         log.event("released", job=job.job_id, alloc=a.id, mode=a.mode, detail=result.detail)
+    _after_mps(node, job, [a for a in mine if a.id not in stuck])
     if not stuck:
         ended.forget(node.run_dir, job.job_id)
     with store.transaction():
@@ -118,6 +119,20 @@ def _release(node: Node, job: Job) -> int:
         for line in reconcile(node):
             log.event("reconciled", job=job.job_id, detail=line)
     return 0
+
+
+def _after_mps(node: Node, job: Job, released: list[Allocation]) -> None:
+    """Lower the user's MPS server to the shares left, or stop a GPU's daemon with no
+    share left.  Best effort: the next prolog on the GPU sets the limits again."""
+    if not any(a.details.get("mps") for a in released):
+        return
+    from slurmpool.pooling import mps
+
+    try:
+        for line in mps.after_release(node, released):
+            node.log.event("mps", job=job.job_id, detail=line)
+    except (mps.MpsError, OSError) as e:
+        node.log.event("mps-failed", level="warning", job=job.job_id, error=clean(str(e)))
 
 
 def _remove_fence(node: Node, job: Job) -> None:

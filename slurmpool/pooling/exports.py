@@ -38,6 +38,8 @@ def exports(allocations: Sequence[Allocation], sim_state: str | None = None) -> 
         env["SLURMPOOL_SHARES"] = f"{shared[0].shares}/{total}"
         if len(shared) == 1 and shared[0].details.get("mps") and shared[0].shares:
             env.update(mps_env(shared[0].shares, total, int(shared[0].details["memory_mib"])))
+            if shared[0].details.get("mps_pipe"):
+                env["CUDA_MPS_PIPE_DIRECTORY"] = str(shared[0].details["mps_pipe"])
     if sim_state is not None:
         env["SLURMPOOL_SIM_STATE"] = sim_state
     return [export_line(k, v) for k, v in env.items()]

@@ -428,6 +428,8 @@ def _shared(node: Node, job: Job, count: int, gpu: NodeGpu | None) -> None:
     if count > gpu.shares:
         raise NeverHere(f"shard:{count}: GPU {gpu.index} of {node.name} has {gpu.shares} shares")
     info = node.backend().gpu(node.nvml_index(gpu))
+    if gpu.mps:
+        from slurmpool.pooling import mps
     store = node.store()
     with store.transaction():
         free = free_shares([(gpu.index, gpu.shares)], store.live()).get(gpu.index, 0)
@@ -456,11 +458,19 @@ def _shared(node: Node, job: Job, count: int, gpu: NodeGpu | None) -> None:
                     "total_shares": gpu.shares,
                     "mps": gpu.mps,
                     "memory_mib": info.memory_total_mib,
+                    **({"mps_pipe": mps.pipe_dir(node.run_dir, gpu.index)} if gpu.mps else {}),
                 },
             )
         )
         store.mark_active(aid)
     node.log.event("shared", job=job.job_id, gpu=gpu.index, shares=f"{count}/{gpu.shares}")
+    if gpu.mps:
+        # The limits the job's environment cannot raise: its user's MPS server's.
+        try:
+            done = mps.limit_user(node, job, gpu, info.uuid, info.memory_total_mib)
+        except (mps.MpsError, OSError) as e:
+            raise Broken(f"GPU {gpu.index}: MPS limits not set: {e}") from None
+        node.log.event("mps", job=job.job_id, gpu=gpu.index, detail=done)
 
 
 # -- passthrough ---------------------------------------------------------------

@@ -22,12 +22,16 @@ def free_shares(gpus: Sequence[tuple[int, int]], records: Sequence[Allocation]) 
     return free
 
 
-def mps_env(shares: int, total: int, memory_mib: int) -> dict[str, str]:
-    """MPS client limits proportional to ``shares`` of ``total`` (device 0 = the job's GPU)."""
+def share_limits(shares: int, total: int, memory_mib: int) -> tuple[int, int]:
+    """(active thread percentage, pinned device memory MiB) for ``shares`` of ``total``."""
     if not 0 < shares <= total:
         raise ValueError(f"shares {shares} must be in 1..{total}")
-    percent = max(1, 100 * shares // total)
-    limit_mib = max(1, memory_mib * shares // total)
+    return max(1, 100 * shares // total), max(1, memory_mib * shares // total)
+
+
+def mps_env(shares: int, total: int, memory_mib: int) -> dict[str, str]:
+    """MPS client limits proportional to ``shares`` of ``total`` (device 0 = the job's GPU)."""
+    percent, limit_mib = share_limits(shares, total, memory_mib)
     return {
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percent),
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={limit_mib}M",

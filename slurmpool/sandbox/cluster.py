@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import sys
@@ -894,6 +895,21 @@ class Sandbox:
             timeout_bin=self.runner.which("timeout"),
         )
         apply(plan_install(target, generated.files))
+        self._write_mps_control(policy, python, python_path)
+
+    def _write_mps_control(self, policy: Policy, python: str, python_path: str | None) -> None:
+        """The simulated ``nvidia-cuda-mps-control`` at the policy's ``mps_control``, where
+        it lies in the sandbox (the hooks start it for shared GPUs with ``mps: true``)."""
+        path = Path(policy.paths.mps_control)
+        if not path.is_relative_to(self.layout.node_root):
+            return  # a real program the sandbox must not replace
+        path.parent.mkdir(parents=True, exist_ok=True)
+        env = f"PYTHONPATH={shlex.quote(python_path)} " if python_path else ""
+        path.write_text(
+            "#!/bin/sh\n# The simulator's MPS control daemon, standing in for NVIDIA's.\n"
+            f'{env}exec {shlex.quote(python)} -m slurmpool.sim.mps "$@"\n'
+        )
+        path.chmod(0o755)
 
     # -- users --
 

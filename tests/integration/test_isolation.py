@@ -23,7 +23,7 @@ from polling import poll
 from slurmpool.sandbox.cluster import Sandbox, host_fences_devices
 
 from .conftest import Cluster
-from .test_pooling import cancel, submit_on, workload
+from .test_pooling import cancel, hook_lines, submit_on, workload
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -107,7 +107,9 @@ def test_shared_and_whole_gpu_jobs_open_only_their_own_gpu(own_sandbox: Sandbox)
                 "--gres=vgpu:3",
                 bob_out,
                 f"{_probe(cluster, devices)}; {report}; {workload(1)}; echo own=$?; "
-                f"CUDA_VISIBLE_DEVICES={alice_uuid.group(1)} {workload(1)}; echo neighbour=$?",
+                # Without MPS (its daemon serves bob's GPU alone): plain CUDA's open.
+                f"CUDA_VISIBLE_DEVICES={alice_uuid.group(1)} env -u CUDA_MPS_PIPE_DIRECTORY "
+                f"{workload(1)}; echo neighbour=$?",
                 user="sp-bob",
             )
         )
@@ -168,3 +170,39 @@ def test_shared_and_whole_gpu_jobs_open_only_their_own_gpu(own_sandbox: Sandbox)
     isolation = [f["message"] for f in findings if f["check"] == "isolation"]
     assert isolation[0].startswith("shared: gpu (the device cgroup: a job opens only the GPU")
     assert isolation[1].startswith("passthrough: job (")
+
+
+def test_a_share_is_held_to_its_mps_limits_whatever_its_environment_asks(
+    own_sandbox: Sandbox,
+) -> None:
+    """The GPUs of this sandbox are shared with ``mps: true``: the prolog starts the GPU's
+    MPS control daemon (the simulator's) and holds the job's user's server to the
+    job's share, 1 of 4.  The job asks for every thread and all memory in its own
+    environment and still gets a quarter."""
+    st = own_sandbox.state()
+    assert st is not None
+    workdir = own_sandbox.layout.root / "work-mps"
+    workdir.mkdir()
+    workdir.chmod(0o1777)
+    cluster = Cluster(own_sandbox, st, own_sandbox.slurm(), workdir)
+    py = needs.python_for_jobs_shell()
+    greedy = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G"
+    run = f"{greedy} {py} -m slurmpool.sim.workload --seconds 0.5 --util 90"
+    out = workdir / "mps.out"
+    job = submit_on(
+        cluster,
+        "sbx1",
+        "--gres=vgpu:1",
+        out,
+        f"echo limits=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; {run} --mem-mib 1000; "
+        f"echo within=$?; {run} --mem-mib 30000; echo over=$?",
+        user="sp-alice",
+    )
+    assert cluster.wait(job, 60) == "COMPLETED"
+    text = out.read_text()
+    assert "limits=25" in text  # what the task prolog exported (advice only)
+    assert "active threads 25%, pinned memory limit 20480 MiB" in text, text
+    assert "util 25%" in text and "within=0" in text
+    assert "over=4" in text and "MPS pinned device memory limit is 20480 MiB" in text
+    lines = [ln for ln in hook_lines(cluster, "sbx1", job) if "action=mps" in ln]
+    assert any("25% threads, 20480 MiB pinned (1/4)" in ln for ln in lines), lines

@@ -1,0 +1,214 @@
+"""The MPS control daemon of a ``shared`` GPU with ``mps: true``: one per GPU.
+
+A job's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
+``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` are its own to change; only the limits
+the control daemon gives a server bind its clients (a client's environment can
+lower them, never raise them: NVIDIA's MPS documentation, environment variables
+appendix).  So the prolog starts the GPU's daemon (``nvidia-cuda-mps-control
+-d``, pipe directory ``<run_dir>/mps/gpu<index>``), starts the job's user's
+server and sets that server's limits to the user's shares of the GPU.
+
+MPS runs one server per user at a time on a daemon: a client of another user
+waits until the running server's clients are gone.  Where another user's
+server has clients, the prolog starts nothing (the job's CUDA calls wait their
+turn) and the daemon's default limits, one share's worth, bind the server that
+starts for the job later: never more than a share, and never more than the
+job's shares.  The epilog lowers the user's server to what the user still
+holds, and stops the daemon when no share of the GPU is left.
+"""
+
+from __future__ import annotations
+
+import os
+
+from slurmpool.modes import GpuMode
+from slurmpool.pooling.shared import share_limits
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from slurmpool.configgen.nodeconfig import NodeGpu
+    from slurmpool.pooling.node import Job, Node
+    from slurmpool.state.store import Allocation
+
+PID_FILE = "nvidia-cuda-mps-control.pid"
+COMMAND_TIMEOUT_S = 10
+
+
+class MpsError(RuntimeError):
+    """The control daemon could not be started or did not do as told."""
+
+
+def pipe_dir(run_dir: str, gpu_index: int) -> str:
+    return os.path.join(run_dir, "mps", f"gpu{gpu_index}")
+
+
+def log_dir(state_dir: str, gpu_index: int) -> str:
+    return os.path.join(state_dir, "mps", f"gpu{gpu_index}")
+
+
+class MpsControl:
+    """``nvidia-cuda-mps-control`` for one GPU's pipe directory."""
+
+    def __init__(self, program: str, pipe: str, log: str) -> None:
+        self.program = program
+        self.pipe = pipe
+        self.log = log
+
+    def _env(self, **more: str) -> dict[str, str]:
+        return {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "CUDA_MPS_PIPE_DIRECTORY": self.pipe,
+            "CUDA_MPS_LOG_DIRECTORY": self.log,
+            **more,
+        }
+
+    def _run(self, argv: Sequence[str], stdin: str = "", **env: str) -> str:
+        import subprocess
+
+        try:
+            proc = subprocess.run(
+                [self.program, *argv],
+                input=stdin,
+                env=self._env(**env),
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise MpsError(f"{self.program} not found (paths.mps_control)") from None
+        except subprocess.TimeoutExpired:
+            raise MpsError(f"{self.program} gave no answer within {COMMAND_TIMEOUT_S} s") from None
+        if proc.returncode != 0:
+            said = (proc.stderr or proc.stdout).strip().splitlines()
+            raise MpsError(
+                f"{self.program} {' '.join(argv)} {stdin.strip()!r}: exit {proc.returncode}"
+                + (f": {said[-1]}" if said else "")
+            )
+        return proc.stdout
+
+    def command(self, line: str) -> str:
+        return self._run([], line + "\n")
+
+    def running(self) -> bool:
+        if not os.path.exists(os.path.join(self.pipe, PID_FILE)):
+            return False
+        try:
+            self.command("get_server_list")
+        except MpsError:
+            return False
+        return True
+
+    def start(self, gpu_uuid: str) -> None:
+        """Start the daemon for the GPU ``gpu_uuid`` (a UUID, as NVIDIA advises)."""
+        os.makedirs(self.pipe, mode=0o755, exist_ok=True)
+        os.chmod(self.pipe, 0o755)  # every user's clients connect here
+        os.makedirs(self.log, mode=0o700, exist_ok=True)
+        self._run(["-d"], CUDA_VISIBLE_DEVICES=gpu_uuid)
+
+    def servers(self) -> list[int]:
+        return [int(w) for w in self.command("get_server_list").split() if w.isdigit()]
+
+    def clients(self, server: int) -> list[int]:
+        return [int(w) for w in self.command(f"get_client_list {server}").split() if w.isdigit()]
+
+    def set_defaults(self, threads: int, pinned_mib: int) -> None:
+        self.command(f"set_default_active_thread_percentage {threads}")
+        self.command(f"set_default_device_pinned_mem_limit 0 {pinned_mib}M")
+
+    def set_limits(self, server: int, threads: int, pinned_mib: int) -> None:
+        self.command(f"set_active_thread_percentage {server} {threads}")
+        self.command(f"set_device_pinned_mem_limit {server} 0 {pinned_mib}M")
+
+    def start_server(self, uid: int) -> None:
+        self.command(f"start_server -uid {int(uid)}")
+
+    def quit(self) -> None:
+        self.command("quit")
+
+
+def process_uid(pid: int, proc_root: str = "/proc") -> int | None:
+    """The real uid of ``pid`` (an MPS server runs as its user)."""
+    from slurmpool.procjob import real_uid_and_parent
+
+    got = real_uid_and_parent(pid, proc_root)
+    return None if got is None else got[0]
+
+
+# -- what the hooks do ---------------------------------------------------------
+
+
+def control_for(node: Node, gpu_index: int) -> MpsControl:
+    return MpsControl(
+        node.config.path("mps_control"),
+        pipe_dir(node.run_dir, gpu_index),
+        log_dir(node.state_dir, gpu_index),
+    )
+
+
+def user_shares(records: Sequence[Allocation], gpu_index: int, uid: int) -> int:
+    """The shares of ``gpu_index`` that ``uid``'s live records hold."""
+    return sum(
+        r.shares or 0
+        for r in records
+        if r.mode is GpuMode.SHARED and r.gpu_index == gpu_index and r.uid == uid
+    )
+
+
+def limit_user(node: Node, job: Job, gpu: NodeGpu, gpu_uuid: str, memory_mib: int) -> str:
+    """Start the GPU's daemon if need be and hold the job's user's server to the
+    user's shares of the GPU; returns what was done, for the log."""
+    ctl = control_for(node, gpu.index)
+    started = not ctl.running()
+    if started:
+        ctl.start(gpu_uuid)
+    ctl.set_defaults(*share_limits(1, gpu.shares, memory_mib))
+    held = min(gpu.shares, user_shares(node.store().live(), gpu.index, job.uid))
+    threads, pinned = share_limits(max(1, held), gpu.shares, memory_mib)
+    uids = {s: _uid(node, s) for s in ctl.servers()}
+    others = {s: u for s, u in uids.items() if u != job.uid}
+    busy = [s for s in others if ctl.clients(s)]
+    if busy:
+        return (
+            f"waits: server {busy[0]} of uid {others[busy[0]]} has clients; "
+            f"the job's server will start with one share's limits"
+        )
+    ctl.start_server(job.uid)
+    mine = [s for s in ctl.servers() if _uid(node, s) == job.uid]
+    if not mine:
+        raise MpsError(f"start_server -uid {job.uid} started no server of that user")
+    ctl.set_limits(mine[0], threads, pinned)
+    return (
+        "daemon started; " if started else ""
+    ) + f"server {mine[0]}: {threads}% threads, {pinned} MiB pinned ({held}/{gpu.shares})"
+
+
+def _uid(node: Node, pid: int) -> int | None:
+    return process_uid(pid, node.proc_root)
+
+
+def after_release(node: Node, released: Sequence[Allocation]) -> list[str]:
+    """After a job's shares went back: lower each user's server to what the user
+    still holds, and stop the daemon of a GPU with no share left."""
+    done = []
+    live = node.store().live()
+    for a in released:
+        if a.mode is not GpuMode.SHARED or not a.details.get("mps"):
+            continue
+        ctl = control_for(node, a.gpu_index)
+        if not ctl.running():
+            continue
+        if not any(r.mode is GpuMode.SHARED and r.gpu_index == a.gpu_index for r in live):
+            ctl.quit()
+            done.append(f"GPU {a.gpu_index}: daemon stopped")
+            continue
+        held = user_shares(live, a.gpu_index, a.uid)
+        total = int(a.details.get("total_shares", a.shares or 1))
+        memory = int(a.details.get("memory_mib", 0))
+        for server in ctl.servers():
+            if held and memory and _uid(node, server) == a.uid:
+                ctl.set_limits(server, *share_limits(min(held, total), total, memory))
+                done.append(f"GPU {a.gpu_index}: server {server} lowered to {held}/{total}")
+    return done

@@ -125,6 +125,23 @@ class Cluster:
         )
         return CommandResult(tuple(full), proc.returncode, proc.stdout, proc.stderr)
 
+    def doctor(self, node: str) -> CommandResult:
+        """``slurmpool doctor --json`` on ``node``, as the node sees the world."""
+        config = Path(self.state.slurm_conf).parent / "node-config.json"
+        argv = [sys.executable, "-m", "slurmpool", "doctor", "--node-config", str(config)]
+        return self.on_node(node, [*argv, "--node", node, "--json"])
+
+    @classmethod
+    def of_own_sandbox(cls, sandbox: Sandbox, workdir_name: str) -> Cluster:
+        """A Cluster over a test's own sandbox, with a fresh work directory every user
+        may write in."""
+        st = sandbox.state()
+        assert st is not None
+        workdir = sandbox.layout.root / workdir_name
+        workdir.mkdir()
+        workdir.chmod(0o1777)
+        return cls(sandbox, st, sandbox.slurm(), workdir)
+
     def host_hook_log(self, node: str) -> str:
         path = self.sandbox.layout.host_dir(node) / "state" / "hooks.log"
         return path.read_text() if path.exists() else ""

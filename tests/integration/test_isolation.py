@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import needs
@@ -71,13 +70,9 @@ def _output(path: Path, what: str) -> str:
 def test_shared_and_whole_gpu_jobs_open_only_their_own_gpu(own_sandbox: Sandbox) -> None:
     if not host_fences_devices():
         needs.missing("the cgroup v1 devices controller (Slurm's ConstrainDevices)")
-    st = own_sandbox.state()
-    assert st is not None
-    workdir = own_sandbox.layout.root / "work"
-    workdir.mkdir()
-    workdir.chmod(0o1777)
-    cluster = Cluster(own_sandbox, st, own_sandbox.slurm(), workdir)
-    devices = own_sandbox.policy_as_installed(st).paths.devices_root
+    cluster = Cluster.of_own_sandbox(own_sandbox, "work")
+    workdir = cluster.workdir
+    devices = own_sandbox.policy_as_installed(cluster.state).paths.devices_root
     node = "sbx1"
     release = cluster.release_file("isolation")
     report = "echo uuid=$SLURMPOOL_GPU_UUID shares=$SLURMPOOL_SHARES"
@@ -151,22 +146,7 @@ def test_shared_and_whole_gpu_jobs_open_only_their_own_gpu(own_sandbox: Sandbox)
     assert cluster.wait(jobs[0], 60) == "COMPLETED"
 
     # doctor says the same of this node.
-    etc = Path(st.slurm_conf).parent
-    res = cluster.on_node(
-        node,
-        [
-            sys.executable,
-            "-m",
-            "slurmpool",
-            "doctor",
-            "--node-config",
-            str(etc / "node-config.json"),
-            "--node",
-            node,
-            "--json",
-        ],
-    )
-    findings = json.loads(res.stdout)["findings"]
+    findings = json.loads(cluster.doctor(node).stdout)["findings"]
     isolation = [f["message"] for f in findings if f["check"] == "isolation"]
     assert isolation[0].startswith("shared: gpu (the device cgroup: a job opens only the GPU")
     assert isolation[1].startswith("passthrough: job (")
@@ -179,12 +159,8 @@ def test_a_share_is_held_to_its_mps_limits_whatever_its_environment_asks(
     MPS control daemon (the simulator's) and holds the job's user's server to the
     job's share, 1 of 4.  The job asks for every thread and all memory in its own
     environment and still gets a quarter."""
-    st = own_sandbox.state()
-    assert st is not None
-    workdir = own_sandbox.layout.root / "work-mps"
-    workdir.mkdir()
-    workdir.chmod(0o1777)
-    cluster = Cluster(own_sandbox, st, own_sandbox.slurm(), workdir)
+    cluster = Cluster.of_own_sandbox(own_sandbox, "work-mps")
+    workdir = cluster.workdir
     py = needs.python_for_jobs_shell()
     greedy = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G"
     run = f"{greedy} {py} -m slurmpool.sim.workload --seconds 0.5 --util 90"

@@ -122,22 +122,8 @@ def test_a_removed_users_uid_can_go_to_a_new_user(cluster: Cluster) -> None:
 
 
 def test_doctor_passes_on_each_node(cluster: Cluster) -> None:
-    etc = Path(cluster.state.slurm_conf).parent
     for node in cluster.state.nodes:
-        res = cluster.on_node(
-            node,
-            [
-                sys.executable,
-                "-m",
-                "slurmpool",
-                "doctor",
-                "--node-config",
-                str(etc / "node-config.json"),
-                "--node",
-                node,
-                "--json",
-            ],
-        )
+        res = cluster.doctor(node)
         report = json.loads(res.stdout)
         assert res.returncode == 0, res.stdout + res.stderr
         checks = {f["check"] for f in report["findings"]}

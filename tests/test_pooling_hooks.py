@@ -4,11 +4,13 @@ each step, concurrency, requeue, shared shares, passthrough checks."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import needs
@@ -472,9 +474,14 @@ def test_nvml_unreachable_is_a_broken_node(pool: Pool) -> None:
 # -- shared ------------------------------------------------------------------------
 
 
-def _shared_pool(tmp_path: Path) -> Pool:
+@pytest.fixture
+def shared_pool(tmp_path: Path) -> Iterator[Pool]:
+    """Two L40S shared in 4 with MPS, one whole; the MPS daemons the hooks start are
+    stopped afterwards even when a test fails before its epilogs."""
+    from slurmpool.sim.mps import request
+
     model = "L40S-48GB"
-    return make_pool(
+    pool = make_pool(
         tmp_path,
         gpus=[
             (model, "shared", {"shares": 4, "mps": True}),
@@ -484,6 +491,12 @@ def _shared_pool(tmp_path: Path) -> Pool:
         vgpu_unit="share",
         units_per_gpu=4,
     )
+    try:
+        yield pool
+    finally:
+        for pid_file in (pool.root / "run" / "mps").glob("gpu*/nvidia-cuda-mps-control.pid"):
+            with contextlib.suppress(OSError):
+                request(str(pid_file.parent), "quit")
 
 
 def _shard_env(pool: Pool, job_id: str, shards: int, job_gpus: str) -> dict[str, str]:
@@ -493,8 +506,8 @@ def _shard_env(pool: Pool, job_id: str, shards: int, job_gpus: str) -> dict[str,
     return env
 
 
-def test_shared_shares_on_the_gpu_slurm_chose_with_mps_limits(tmp_path: Path) -> None:
-    pool = _shared_pool(tmp_path)
+def test_shared_shares_on_the_gpu_slurm_chose_with_mps_limits(shared_pool: Pool) -> None:
+    pool = shared_pool
     envs = [_shard_env(pool, "900", 3, "0"), _shard_env(pool, "901", 2, "1")]
     envs.append(_shard_env(pool, "902", 1, "1"))
     for env in envs:
@@ -535,11 +548,13 @@ def test_shared_shares_on_the_gpu_slurm_chose_with_mps_limits(tmp_path: Path) ->
     assert not any(os.path.exists(f"/proc/{s[0]}") for s in servers)  # servers stopped
 
 
-def test_another_users_mps_job_waits_its_turn_held_to_one_share(tmp_path: Path) -> None:
+def test_another_users_mps_job_waits_its_turn_held_to_one_share(
+    shared_pool: Pool, tmp_path: Path
+) -> None:
     """MPS runs one user's server at a time: while root's client runs on GPU 0, bob's
     job starts no server; the one that starts for him later has one share's limits.
     (Root's, so that the client reaches pytest's private directory.)"""
-    pool = _shared_pool(tmp_path)
+    pool = shared_pool
     first = pool.env("930", uid=0, user="root", SLURM_JOB_GPUS="0")
     pool.set_allocation("930", 2, gres="shard")
     assert pool.hook("prolog", first)[0] == 0
@@ -587,8 +602,8 @@ def _owner(pid: int) -> int:
     return os.stat(f"/proc/{pid}").st_uid
 
 
-def test_a_shared_gpu_given_whole_is_a_whole_gpu(tmp_path: Path) -> None:
-    pool = _shared_pool(tmp_path)
+def test_a_shared_gpu_given_whole_is_a_whole_gpu(shared_pool: Pool) -> None:
+    pool = shared_pool
     env = pool.env("910", SLURM_JOB_GPUS="1,2")  # gpu:2, one of them a shared GPU
     pool.set_allocation("910")
     rc, _, err = pool.hook("prolog", env)
@@ -600,8 +615,8 @@ def test_a_shared_gpu_given_whole_is_a_whole_gpu(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("job_gpus", "why"), [("0,1", "names shared GPUs 0, 1"), ("", "none")])
-def test_shards_without_one_gpu_named_are_held(tmp_path: Path, job_gpus: str, why: str) -> None:
-    pool = _shared_pool(tmp_path)
+def test_shards_without_one_gpu_named_are_held(shared_pool: Pool, job_gpus: str, why: str) -> None:
+    pool = shared_pool
     env = _shard_env(pool, "920", 2, job_gpus)
     if not job_gpus:
         del env["SLURM_JOB_GPUS"]

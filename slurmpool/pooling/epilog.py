@@ -11,7 +11,6 @@ A second run finds nothing live for the job and changes nothing.
 from __future__ import annotations
 
 from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError
-from slurmpool.modes import GpuMode
 from slurmpool.pooling import ended, jobfile, owner
 from slurmpool.pooling.node import Broken
 from slurmpool.pooling.reconcile import defer, reconcile, stop_waiting_for
@@ -138,15 +137,11 @@ def _after_mps(node: Node, job: Job, released: list[Allocation]) -> None:
 def _remove_fence(node: Node, job: Job) -> None:
     """Remove the devices cgroup the prolog made for the job, if slurmstepd never
     used it (a requeued job) and so left it behind."""
-    if not node.gpus(GpuMode.MIG):
-        return
     from slurmpool.pooling import fence
 
-    template = node.config.path("job_cgroup_root")
-    if not fence.controller_mounted(template, node.name):
-        return
     try:
-        if fence.remove(fence.job_cgroup(template, node.name, job.uid, job.job_id)):
+        cgroup = fence.cgroup_of(node, job)
+        if cgroup is not None and fence.remove(cgroup):
             node.log.event("fence-removed", job=job.job_id)
     except fence.FenceError as e:
         node.log.event("fence-left", level="warning", job=job.job_id, error=clean(str(e)))

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from slurmpool.driver.mig_minors import MigMinors
+    from slurmpool.pooling.node import Job, Node
 
 # The node-name placeholder in ``paths.job_cgroup_root`` (Slurm builds with
 # several slurmd per host name their cgroup ``slurm_<node>``).
@@ -55,6 +56,20 @@ def job_cgroup(template: str, node: str, uid: int, job_id: str) -> str:
     if not job_id.isdigit():
         raise FenceError(errno.EINVAL, f"job id {job_id!r} is not a number")
     return os.path.join(cgroup_root(template, node), f"uid_{int(uid)}", f"job_{job_id}")
+
+
+def cgroup_of(node: Node, job: Job) -> str | None:
+    """The job's devices cgroup where the hooks fence it; None on a node without
+    ``mig`` GPUs or without the v1 devices controller under ``paths.job_cgroup_root``
+    (cgroup v2: doctor reports what isolates jobs there)."""
+    from slurmpool.modes import GpuMode
+
+    if not node.gpus(GpuMode.MIG):
+        return None
+    template = node.config.path("job_cgroup_root")
+    if not controller_mounted(template, node.name):
+        return None
+    return job_cgroup(template, node.name, job.uid, job.job_id)
 
 
 def controller_mounted(template: str, node: str) -> bool:

@@ -167,7 +167,7 @@ def limit_user(node: Node, job: Job, gpu: NodeGpu, gpu_uuid: str, memory_mib: in
     ctl.set_defaults(*share_limits(1, gpu.shares, memory_mib))
     held = min(gpu.shares, user_shares(node.store().live(), gpu.index, job.uid))
     threads, pinned = share_limits(max(1, held), gpu.shares, memory_mib)
-    uids = {s: _uid(node, s) for s in ctl.servers()}
+    uids = {s: process_uid(s, node.proc_root) for s in ctl.servers()}
     others = {s: u for s, u in uids.items() if u != job.uid}
     busy = [s for s in others if ctl.clients(s)]
     if busy:
@@ -176,17 +176,13 @@ def limit_user(node: Node, job: Job, gpu: NodeGpu, gpu_uuid: str, memory_mib: in
             f"the job's server will start with one share's limits"
         )
     ctl.start_server(job.uid)
-    mine = [s for s in ctl.servers() if _uid(node, s) == job.uid]
+    mine = [s for s in ctl.servers() if process_uid(s, node.proc_root) == job.uid]
     if not mine:
         raise MpsError(f"start_server -uid {job.uid} started no server of that user")
     ctl.set_limits(mine[0], threads, pinned)
     return (
         "daemon started; " if started else ""
     ) + f"server {mine[0]}: {threads}% threads, {pinned} MiB pinned ({held}/{gpu.shares})"
-
-
-def _uid(node: Node, pid: int) -> int | None:
-    return process_uid(pid, node.proc_root)
 
 
 def after_release(node: Node, released: Sequence[Allocation]) -> list[str]:
@@ -208,7 +204,7 @@ def after_release(node: Node, released: Sequence[Allocation]) -> list[str]:
         total = int(a.details.get("total_shares", a.shares or 1))
         memory = int(a.details.get("memory_mib", 0))
         for server in ctl.servers():
-            if held and memory and _uid(node, server) == a.uid:
+            if held and memory and process_uid(server, node.proc_root) == a.uid:
                 ctl.set_limits(server, *share_limits(min(held, total), total, memory))
                 done.append(f"GPU {a.gpu_index}: server {server} lowered to {held}/{total}")
     return done

@@ -278,32 +278,29 @@ def _fence(node: Node, job: Job) -> None:
     A node that should fence and cannot is broken: the job's allocation is undone
     and the node drains, rather than run the job unfenced.
     """
-    gpus = node.gpus(GpuMode.MIG)
-    if not gpus:
-        return
     from slurmpool.pooling import fence
 
-    template = node.config.path("job_cgroup_root")
-    if not fence.controller_mounted(template, node.name):
-        return  # cgroup v2 or no devices controller: doctor reports what isolates jobs
-    minors = fence.capability_minors(_mig_minors(node), (g.minor for g in gpus))
-    if not minors:
-        raise Broken(
-            f"{node.config.path('mig_minors')} lists no capability of GPU minors "
-            f"{', '.join(str(g.minor) for g in gpus)}"
-        )
-    major = fence.caps_major(node.devices_root, min(minors))
-    if major is None:
-        return  # capability files that are not device nodes: nothing a cgroup can fence
-    store = node.opened_store()
-    own = {
-        m
-        for a in (store.for_job(job.job_id) if store is not None else ())
-        if a.mode is GpuMode.MIG and a.state == ACTIVE
-        for m in a.cap_minors
-    }
     try:
-        cgroup = fence.job_cgroup(template, node.name, job.uid, job.job_id)
+        cgroup = fence.cgroup_of(node, job)
+        if cgroup is None:
+            return
+        gpus = node.gpus(GpuMode.MIG)
+        minors = fence.capability_minors(_mig_minors(node), (g.minor for g in gpus))
+        if not minors:
+            raise Broken(
+                f"{node.config.path('mig_minors')} lists no capability of GPU minors "
+                f"{', '.join(str(g.minor) for g in gpus)}"
+            )
+        major = fence.caps_major(node.devices_root, min(minors))
+        if major is None:
+            return  # capability files that are not device nodes: nothing a cgroup can fence
+        store = node.opened_store()
+        own = {
+            m
+            for a in (store.for_job(job.job_id) if store is not None else ())
+            if a.mode is GpuMode.MIG and a.state == ACTIVE
+            for m in a.cap_minors
+        }
         denied = fence.apply(cgroup, fence.deny_rules(major, minors - own))
     except fence.FenceError as e:
         _undo_job(node, job, "devices cgroup not written")

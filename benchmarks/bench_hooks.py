@@ -87,6 +87,7 @@ def _node_config(root: Path, sim_dir: Path, dev: Path, path: Path, cgroups: Path
 
 def _wrappers(root: Path, python: str) -> dict[str, Path]:
     """The installed hook wrappers, rendered exactly as ``slurmpool install`` does."""
+    from slurmpool.hookpath import resolve_import_path
     from slurmpool.install import HOOKS, InstallTarget, render_wrapper
 
     target = InstallTarget(
@@ -97,11 +98,12 @@ def _wrappers(root: Path, python: str) -> dict[str, Path]:
         python=python,
         timeout_bin=shutil.which("timeout") or "/usr/bin/timeout",
     )
+    import_path = resolve_import_path(python)
     out = {}
     for spec in HOOKS:
         path = root / "hooks" / spec.name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render_wrapper(spec, [], target))
+        path.write_text(render_wrapper(spec, [], target, import_path))
         path.chmod(0o755)
         out[spec.name] = path
     return out

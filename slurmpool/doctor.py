@@ -9,6 +9,9 @@ Checks, in order (each yields :class:`Finding` objects):
 * ``hooks``: the four wrappers are installed and executable, slurm.conf
   includes slurmpool's fragment;
 * ``state-dir``: exists, a directory, root-owned, install's mode, writable;
+* ``trust``: what the root hooks run, import and write (the interpreter, the
+  import path install resolved, the hooks, state, run and config dirs) is
+  root's alone, the whole way there (:mod:`slurmpool.trust`);
 * ``isolation``: per GPU mode of the node, what keeps a job from what other
   jobs hold (:mod:`slurmpool.isolation`); informative, never a failure;
 * ``slurm-version``: the node runs the Slurm release the config was generated
@@ -41,7 +44,17 @@ from slurmpool.configgen.nodeconfig import (
     load_node_config,
 )
 from slurmpool.hostlist import HostList, HostlistError
-from slurmpool.install import HOOKS, INCLUDE_MARKER, STATE_DIR_MODE, under
+from slurmpool.install import (
+    HOOKS,
+    INCLUDE_MARKER,
+    MANIFEST_NAME,
+    STATE_DIR_MODE,
+    InstallError,
+    InstallTarget,
+    read_manifest,
+    root_paths,
+    under,
+)
 from slurmpool.isolation import NodeFences, node_isolation
 from slurmpool.modes import GpuMode
 from slurmpool.slurm.conf import scan_conf, settings, strip_comment
@@ -134,6 +147,7 @@ def run_doctor(opts: DoctorOptions) -> DoctorReport:
         findings.extend(check_gpus(config, cls, opts.backend_spec))
     findings.extend(check_hooks(config, opts))
     findings.extend(check_state_dir(opts.root, config.paths["state_dir"]))
+    findings.extend(check_trust(config, opts))
     findings.extend(check_isolation(config, cls, opts))
     if opts.runner is not None:
         conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
@@ -327,6 +341,53 @@ def check_state_dir(root: Path, state_dir: str, euid: int | None = None) -> Iter
         yield Finding("state-dir", False, f"{state_dir}: " + "; ".join(problems), fix)
     else:
         yield Finding("state-dir", True, f"{state_dir}: root-owned, {STATE_DIR_MODE:04o}, writable")
+
+
+def check_trust(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:
+    """Whether others can change what the root hooks run, import or write."""
+    from slurmpool.trust import check
+
+    state_dir = config.paths["state_dir"]
+    manifest_path = os.path.join(state_dir, MANIFEST_NAME)
+    reinstall = "rerun `slurmpool install --policy POLICY`"
+    try:
+        manifest = read_manifest(opts.root, state_dir)
+    except PermissionError:
+        yield Finding("trust", False, f"cannot read {manifest_path}", "run doctor as root")
+        return
+    except (InstallError, OSError) as e:
+        yield Finding("trust", False, str(e), reinstall)
+        return
+    if manifest is None or manifest.hook_import_path is None:
+        yield Finding(
+            "trust", False, f"{manifest_path} does not say what the hooks import", reinstall
+        )
+        return
+
+    def node_path(key: str) -> str:
+        return str(under(opts.root, config.paths[key]))
+
+    target = InstallTarget(
+        slurm_conf=manifest.slurm_conf,
+        config_dir=node_path("slurm_config_dir"),
+        hooks_dir=node_path("hooks_dir"),
+        state_dir=node_path("state_dir"),
+        run_dir=node_path("run_dir"),
+        mps_control=node_path("mps_control"),
+        python=manifest.hook_import_path.python,
+        timeout_bin=manifest.hook_timeout_bin or "/usr/bin/timeout",
+    )
+    problems = check(root_paths(target, manifest.hook_import_path))
+    for u in problems:
+        yield Finding("trust", False, u.text(), u.fix())
+    if not problems:
+        n = len(manifest.hook_import_path.entries)
+        yield Finding(
+            "trust",
+            True,
+            f"root's alone: the interpreter {target.python}, its {n} import directories, "
+            "slurmpool, the hooks, state, run and config dirs",
+        )
 
 
 # --- Slurm ----------------------------------------------------------------

@@ -43,7 +43,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from slurmpool.configgen.files import SLURM_FILES, SLURM_FRAGMENT
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
+from slurmpool.hookpath import HookImportPath, HookPathError, resolve_import_path
 from slurmpool.slurm.conf import scan_conf, strip_comment
+from slurmpool.trust import RootPath, Untrusted, directories_on_the_way
+from slurmpool.trust import check as check_trust
 
 if TYPE_CHECKING:
     from slurmpool.policy.model import Policy
@@ -120,6 +123,8 @@ class InstallTarget:
     timeout_bin: str = "/usr/bin/timeout"
     path: str = DEFAULT_PATH
     hook_timeouts: Mapping[str, int] = field(default_factory=dict)  # hook name -> seconds
+    run_dir: str | None = None  # the policy's paths.run_dir, where the hooks write
+    mps_control: str | None = None  # the policy's paths.mps_control, which the prolog runs
 
     @property
     def node_config(self) -> str:
@@ -158,6 +163,8 @@ def target_for_policy(
         python=python,
         python_path=python_path,
         timeout_bin=timeout_bin,
+        run_dir=policy.paths.run_dir,
+        mps_control=policy.paths.mps_control,
         hook_timeouts={
             "prolog": policy.hooks.prolog_timeout_s,
             "task-prolog": policy.hooks.task_prolog_timeout_s,
@@ -181,20 +188,10 @@ def why_others_cannot_run(path: str) -> str | None:
         return f"{path} is not an absolute path"
     try:
         real = literal.resolve(strict=True)
-        hops = _symlink_hops(literal)
+        way = directories_on_the_way(literal)
     except OSError as e:
         return f"{path} cannot be resolved ({e.strerror or e})"
-    # Every hop's directories, as written and as resolved (a directory may be a link).
-    chain = [
-        d
-        for hop in hops
-        for d in (
-            *reversed(hop.parents),
-            *reversed(hop.parent.resolve().parents),
-            hop.parent.resolve(),
-        )
-    ]
-    for d in dict.fromkeys(chain):
+    for d in way:
         mode = d.stat().st_mode
         if not mode & stat.S_IXOTH:
             return f"directory {d} (mode {stat.S_IMODE(mode):04o}) is not searchable by other users"
@@ -202,18 +199,6 @@ def why_others_cannot_run(path: str) -> str | None:
     if not mode & stat.S_IXOTH:
         return f"{real} (mode {stat.S_IMODE(mode):04o}) is not executable by other users"
     return None
-
-
-def _symlink_hops(path: Path) -> list[Path]:
-    """``path`` and each link it goes through, as the kernel follows them (a venv's
-    ``bin/python`` -> ``python3`` -> ``/usr/bin/python3.11``)."""
-    hops = [path]
-    while hops[-1].is_symlink():
-        if len(hops) > 40:  # the kernel's own limit on links followed
-            raise OSError(f"too many levels of symbolic links at {path}")
-        link = Path(os.readlink(hops[-1]))
-        hops.append(link if link.is_absolute() else hops[-1].parent / link)
-    return hops
 
 
 def check_interpreter(python: str) -> None:
@@ -232,6 +217,33 @@ def check_interpreter(python: str) -> None:
 def others_can_run(path: str) -> bool:
     """True when any user can execute ``path`` (see :func:`why_others_cannot_run`)."""
     return why_others_cannot_run(path) is None
+
+
+def root_paths(target: InstallTarget, import_path: HookImportPath) -> list[RootPath]:
+    """Everything the root hooks run, import, read or write on a node of ``target``."""
+    paths = import_path.root_paths()
+    paths.append(RootPath("the timeout program", target.timeout_bin))
+    if target.mps_control is not None:
+        paths.append(RootPath("the MPS control program", target.mps_control, may_be_missing=True))
+    for role, path in (
+        ("the hooks dir", target.hooks_dir),
+        ("the Slurm config dir", target.config_dir),
+        ("the state dir (it holds the hook log)", target.state_dir),
+        ("the run dir", target.run_dir),
+    ):
+        if path is not None:
+            paths.append(RootPath(role, path, may_be_missing=True))
+    return paths
+
+
+def refuse_untrusted(problems: Sequence[Untrusted]) -> None:
+    """Refuse to install hooks that root would run where others can change things."""
+    if problems:
+        raise InstallError(
+            "the hooks run as root on every job start, but others can change what they "
+            "would run, import or write:\n"
+            + "\n".join(f"  - {u.text()}\n    fix: {u.fix()}" for u in problems)
+        )
 
 
 # --- plans ----------------------------------------------------------------
@@ -404,7 +416,9 @@ def edit_conf(pristine: str, fragment: str, target: InstallTarget) -> ConfEdit:
 STEP_FLOOR_S = 10
 
 
-def render_wrapper(spec: HookSpec, site_hooks: Sequence[str], target: InstallTarget) -> str:
+def render_wrapper(
+    spec: HookSpec, site_hooks: Sequence[str], target: InstallTarget, import_path: HookImportPath
+) -> str:
     from slurmpool.templates import environment
 
     timeout_s = int(target.hook_timeouts.get(spec.name, 30))
@@ -423,7 +437,8 @@ def render_wrapper(spec: HookSpec, site_hooks: Sequence[str], target: InstallTar
             timeout_s=timeout_s,
             floor_s=min(STEP_FLOOR_S, timeout_s),
             python=target.python,
-            python_path=target.python_path,
+            import_front=list(import_path.front),
+            import_back=list(import_path.back),
             node_config=target.node_config,
             log_file=os.path.join(target.state_dir, HOOK_LOG_NAME),
         )
@@ -451,6 +466,9 @@ class Manifest:
     site_hooks: dict[str, list[str]]
     disabled_lines: list[str]
     installed_conf_sha256: str
+    # What the wrappers run as root, for doctor (absent from manifests of older installs).
+    hook_import_path: HookImportPath | None = None
+    hook_timeout_bin: str | None = None
 
     def to_bytes(self) -> bytes:
         data: dict[str, Any] = {
@@ -468,6 +486,10 @@ class Manifest:
                 for path, (old, mode) in sorted(self.files.items())
             },
         }
+        if self.hook_import_path is not None:
+            data["hook_import_path"] = self.hook_import_path.to_json()
+        if self.hook_timeout_bin is not None:
+            data["hook_timeout_bin"] = self.hook_timeout_bin
         return (json.dumps(data, indent=2) + "\n").encode()
 
     @classmethod
@@ -491,6 +513,10 @@ class Manifest:
                 site_hooks={str(k): [str(x) for x in v] for k, v in d["site_hooks"].items()},
                 disabled_lines=[str(x) for x in d["disabled_lines"]],
                 installed_conf_sha256=str(d["installed_conf_sha256"]),
+                hook_import_path=None
+                if d.get("hook_import_path") is None
+                else HookImportPath.from_json(d["hook_import_path"]),
+                hook_timeout_bin=d.get("hook_timeout_bin"),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise InstallError(f"{source}: malformed install manifest: {err!r}") from None
@@ -535,12 +561,31 @@ def plan_install(
                 f"({clash[0]}); move the site's hook or set another paths.hooks_dir in the policy"
             )
 
+    staged = root_p.resolve() != Path("/")
+    if not staged:
+        check_interpreter(target.python)
+    notes = list(edit.notes)
+    resolved: HookImportPath | None = None
+    try:
+        resolved = resolve_import_path(target.python, target.python_path)
+    except HookPathError as e:
+        if not staged:
+            raise InstallError(str(e)) from None
+        notes.append(
+            f"staged root: {e}. The wrappers search only --python-path and the "
+            "interpreter's own path; run `slurmpool install` on the node itself"
+        )
+    if resolved is not None and not staged:
+        refuse_untrusted(check_trust(root_paths(target, resolved)))
+    front = tuple(p for p in (target.python_path or "").split(os.pathsep) if p)
+    import_path = resolved or HookImportPath(target.python, front, (), (), {})
+
     desired: dict[str, tuple[bytes, int]] = {}
     for name in SLURM_FILES:
         desired[os.path.join(target.config_dir, name)] = (generated[name].encode(), 0o644)
     desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
     for spec in HOOKS:
-        text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target)
+        text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target, import_path)
         desired[os.path.join(target.hooks_dir, spec.name)] = (text.encode(), 0o755)
     desired[os.path.join(target.systemd_dir, UNIT_NAME)] = (render_unit(target).encode(), 0o644)
     conf_mode = _mode(conf_path) or 0o644
@@ -587,19 +632,19 @@ def plan_install(
         else (old_manifest.site_hooks or edit.site_hooks),
         disabled_lines=edit.disabled,
         installed_conf_sha256=hashlib.sha256(edit.text.encode()).hexdigest(),
+        hook_import_path=resolved,
+        hook_timeout_bin=target.timeout_bin,
     )
     manifest_bytes = manifest.to_bytes()
     manifest_real = under(root_p, target.manifest)
     old_manifest_bytes = _read(manifest_real)
     if old_manifest_bytes != manifest_bytes:
         files.append(FileChange(target.manifest, old_manifest_bytes, manifest_bytes, 0o600))
-    notes = list(edit.notes)
-    if root_p.resolve() == Path("/"):
-        check_interpreter(target.python)
-    else:
+    if staged:
         notes.append(
-            f"staged root: not checked that job users can run {target.python} on the node "
-            "(every directory on its path searchable by others, the interpreter executable)"
+            f"staged root: not checked that job users can run {target.python} on the node, "
+            "nor that what the hooks run, import and write is root's alone "
+            "(`slurmpool doctor` on the node checks both)"
         )
     return Plan(root_p, tuple(dirs), tuple(files), tuple(notes))
 

@@ -12,6 +12,21 @@ import pytest
 from slurmpool.catalogue import Catalogue, default_catalogue
 
 
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A root-owned 0755 directory every user can search (pytest's tmp_path is private
+    to root, which would hide an interpreter there from job users)."""
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="slurmpool-shared-"))
+    top.chmod(0o755)
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top)
+
+
 @pytest.fixture(scope="session")
 def catalogue() -> Catalogue:
     return default_catalogue()

@@ -158,6 +158,7 @@ def _wrapper(
     ``python_body``."""
     from dataclasses import replace
 
+    from slurmpool.hookpath import HookImportPath
     from slurmpool.install import HOOKS, render_wrapper, target_for_policy
     from slurmpool.policy.loader import load_policy
 
@@ -181,7 +182,9 @@ def _wrapper(
         site_hooks.append(str(site))
     spec = next(h for h in HOOKS if h.name == hook)
     wrapper = tmp_path / hook
-    wrapper.write_text(render_wrapper(spec, site_hooks, target))
+    wrapper.write_text(
+        render_wrapper(spec, site_hooks, target, HookImportPath(str(python), (), (), (), {}))
+    )
     wrapper.chmod(0o755)
     return wrapper
 

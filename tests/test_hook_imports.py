@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pooling_env import Pool, make_pool
 
+from slurmpool.hookpath import resolve_import_path
 from slurmpool.install import HOOKS, InstallTarget, render_wrapper
 
 # Costly at start and not needed at job time (measured: ARCHITECTURE.md budgets).
@@ -60,11 +61,12 @@ def wrapped(tmp_path: Path) -> tuple[Pool, dict[str, Path]]:
         python=str(python),
         timeout_bin=shutil.which("timeout") or "/usr/bin/timeout",
     )
+    import_path = resolve_import_path(str(python))
     wrappers = {}
     for spec in HOOKS:
         path = tmp_path / "hooks" / spec.name
         path.parent.mkdir(exist_ok=True)
-        path.write_text(render_wrapper(spec, [], target))
+        path.write_text(render_wrapper(spec, [], target, import_path))
         path.chmod(0o755)
         wrappers[spec.name] = path
     return pool, wrappers

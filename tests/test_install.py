@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import needs
@@ -314,17 +311,6 @@ def test_wrapper_sets_path_and_slurm_conf_in_an_empty_environment(site: dict[str
 
 
 # -- the hooks' interpreter, as a job user sees it ----------------------------------------
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory every user can search (pytest's tmp_path is private to root)."""
-    top = Path(tempfile.mkdtemp(prefix="slurmpool-install-"))
-    top.chmod(0o755)
-    try:
-        yield top
-    finally:
-        shutil.rmtree(top)
 
 
 def _private_dir(path: Path) -> Path:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV, NODE_CONFIG_NAME
 from slurmpool.install import (
+    MANIFEST_NAME,
     STATE_DIR_MODE,
     apply,
     others_can_run,
@@ -895,6 +896,10 @@ class Sandbox:
             timeout_bin=self.runner.which("timeout"),
         )
         apply(plan_install(target, generated.files))
+        # Each host sees its own state dir; on a real cluster install runs on every
+        # node, so each has the manifest (doctor reads what the hooks import from it).
+        for name in state.nodes:
+            shutil.copy2(target.manifest, self.layout.host_dir(name) / "state" / MANIFEST_NAME)
         self._write_mps_control(policy, python, python_path)
 
     def _write_mps_control(self, policy: Policy, python: str, python_path: str | None) -> None:

@@ -716,3 +716,66 @@ def test_hook_time_bound_is_below_the_wrapper_timeout(pool: Pool) -> None:
     start = time.monotonic()
     assert pool.hook("epilog", pool.env("1200"))[0] == 0
     assert time.monotonic() - start < 10
+
+
+# -- planted links and FIFOs ------------------------------------------------------------
+
+
+def _elsewhere(tmp_path: Path) -> Path:
+    """A directory outside the pool with one file: nothing the hooks do may change it."""
+    d = tmp_path / "elsewhere"
+    d.mkdir()
+    for name in ELSEWHERE:  # named as what the hooks write, remove and list
+        (d / name).write_text("precious\n")
+    return d
+
+
+ELSEWHERE = ("51", "51.env", "victim")
+
+
+def _untouched(elsewhere: Path) -> None:
+    assert sorted(p.name for p in elsewhere.iterdir()) == list(ELSEWHERE)
+    assert all((elsewhere / n).read_text() == "precious\n" for n in ELSEWHERE)
+
+
+def test_planted_links_and_fifos_redirect_no_hook_write(pool: Pool, tmp_path: Path) -> None:
+    """A link or FIFO at every path the hooks write (the hook log, the store's WAL, the
+    job files' and ended marks' directories, a job file's temporary): each hook finishes
+    (no FIFO blocks it), drains nothing, and writes only where it means to."""
+    elsewhere = _elsewhere(tmp_path)
+    log = pool.state_dir / "hooks.log"
+    os.mkfifo(log)
+    Path(store_path(str(pool.state_dir), NODE) + "-wal").symlink_to(elsewhere / "victim")
+    pool.run_dir.mkdir()
+    (pool.run_dir / "jobs").symlink_to(elsewhere)
+    (pool.run_dir / "ended").symlink_to(elsewhere)
+    env = pool.env("51", vgpu=2)
+    with_log = ("--log-file", str(log))
+    rc, _, err = pool.hook("prolog", env, None, *with_log)
+    assert rc == 0, err
+    rc, out, err = pool.hook("task-prolog", env, None, *with_log)
+    assert rc == 0, err
+    assert "CUDA_VISIBLE_DEVICES" in exports_of(out)
+    assert (pool.run_dir / "jobs" / "51.env").is_file()
+    rc, _, err = pool.hook("epilog", env, None, *with_log)
+    assert rc == 0, err
+    _untouched(elsewhere)
+    assert not any("drain" in call.lower() for call in pool.calls)
+    assert not (pool.run_dir / "jobs").is_symlink()
+    assert log.is_file() and "job=51" in log.read_text()
+
+
+def test_a_planted_mps_pipe_directory_leads_root_nowhere(shared_pool: Pool, tmp_path: Path) -> None:
+    """The MPS pipe directory as a link elsewhere: the prolog starts the GPU's daemon in
+    a directory of its own, not where the link led."""
+    pool = shared_pool
+    elsewhere = _elsewhere(tmp_path)
+    (pool.run_dir / "mps").mkdir(parents=True)
+    (pool.run_dir / "mps" / "gpu0").symlink_to(elsewhere)
+    env = _shard_env(pool, "960", 1, "0")
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    pipe = pool.run_dir / "mps" / "gpu0"
+    assert not pipe.is_symlink() and (pipe / "nvidia-cuda-mps-control.pid").exists()
+    assert pool.hook("epilog", env)[0] == 0
+    _untouched(elsewhere)

@@ -12,6 +12,8 @@ import os
 import sys
 import time
 
+from slurmpool.safefs import open_append
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -83,7 +85,7 @@ class HookLog:
         if self.path:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                fd = open_append(self.path, 0o600)  # never through a link, nor into a FIFO
                 with os.fdopen(fd, "a") as f:
                     f.write(f"{stamp} pid={os.getpid()} {line}\n")
             except OSError:

@@ -11,8 +11,10 @@ so the files go with a reboot, as the instances do.
 from __future__ import annotations
 
 import os
+import stat
 
-from slurmpool.pooling.jobfile import checked_job_id
+from slurmpool.pooling.jobfile import checked_job_id, is_job_id
+from slurmpool.safefs import own_dir, remove_in
 
 ENDED_DIR = "ended"
 
@@ -24,8 +26,7 @@ def _dir(run_dir: str) -> str:
 def mark(run_dir: str, job_id: str) -> None:
     """Record that ``job_id`` ended with its release owed."""
     d = _dir(run_dir)
-    os.makedirs(run_dir, mode=0o755, exist_ok=True)
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    own_dir(d, 0o700, parents=1)
     path = os.path.join(d, checked_job_id(job_id))
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -35,16 +36,17 @@ def mark(run_dir: str, job_id: str) -> None:
 
 
 def jobs(run_dir: str) -> frozenset[str]:
-    """The jobs whose release is owed."""
+    """The jobs whose release is owed (nothing when the directory is not a real one:
+    the next :func:`mark` makes it)."""
+    d = _dir(run_dir)
     try:
-        return frozenset(os.listdir(_dir(run_dir)))
+        if not stat.S_ISDIR(os.lstat(d).st_mode):
+            return frozenset()
+        return frozenset(n for n in os.listdir(d) if is_job_id(n))
     except OSError:
         return frozenset()
 
 
 def forget(run_dir: str, job_id: str) -> None:
     """The release of ``job_id`` is done (nothing when there was no mark)."""
-    try:  # noqa: SIM105 (contextlib stays off the hook path)
-        os.unlink(os.path.join(_dir(run_dir), checked_job_id(job_id)))
-    except FileNotFoundError:
-        pass
+    remove_in(_dir(run_dir), checked_job_id(job_id))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 
+from slurmpool.safefs import create_new, own_dir, remove_in
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,10 +34,15 @@ def jobs_dir(run_dir: str | os.PathLike[str]) -> str:
     return os.path.join(os.fspath(run_dir), JOBS_DIR)
 
 
+def is_job_id(name: str) -> bool:
+    """Whether ``name`` is a Slurm job id (digits, an array task digits_digits)."""
+    return _JOB_RE.match(name) is not None
+
+
 def checked_job_id(job_id: str) -> str:
     """``job_id`` when it is a Slurm job id (digits, an array task digits_digits), so it
     can name a file; else :class:`JobFileError`."""
-    if not _JOB_RE.match(job_id):
+    if not is_job_id(job_id):
         raise JobFileError(f"job id {job_id!r} is not a Slurm job id")
     return job_id
 
@@ -46,20 +53,7 @@ def job_file(run_dir: str | os.PathLike[str], job_id: str) -> str:
 
 def _ensure_jobs_dir(run_dir: str | os.PathLike[str]) -> str:
     """``<run_dir>/jobs``, created if missing (``run_dir`` 0755, ``jobs`` 0711, root's)."""
-    d = jobs_dir(run_dir)
-    if not os.path.isdir(d):
-        os.makedirs(run_dir, mode=0o755, exist_ok=True)
-        try:
-            os.mkdir(d, 0o711)
-        except OSError:  # as Path.mkdir(exist_ok=True)
-            if not os.path.isdir(d):
-                raise
-    st = os.stat(d)
-    if st.st_mode & 0o7777 != 0o711:
-        os.chmod(d, 0o711)
-    if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
-        os.chown(d, 0, 0)
-    return d
+    return own_dir(jobs_dir(run_dir), 0o711, parents=1)
 
 
 def export_line(name: str, value: str) -> str:
@@ -73,7 +67,7 @@ def write(run_dir: str | os.PathLike[str], job_id: str, uid: int, lines: Sequenc
     path = job_file(run_dir, job_id)
     d = _ensure_jobs_dir(run_dir)
     tmp = os.path.join(d, f".{os.path.basename(path)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = create_new(tmp, 0o600)
     try:
         with os.fdopen(fd, "w") as f:
             f.write("".join(line + "\n" for line in lines))
@@ -109,8 +103,4 @@ def read(run_dir: str | os.PathLike[str], job_id: str) -> str | None:
 
 
 def remove(run_dir: str | os.PathLike[str], job_id: str) -> bool:
-    try:
-        os.unlink(job_file(run_dir, job_id))
-    except FileNotFoundError:
-        return False
-    return True
+    return remove_in(jobs_dir(run_dir), os.path.basename(job_file(run_dir, job_id)))

@@ -23,6 +23,7 @@ import os
 
 from slurmpool.modes import GpuMode
 from slurmpool.pooling.shared import share_limits
+from slurmpool.safefs import own_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,6 +94,9 @@ class MpsControl:
         return self._run([], line + "\n")
 
     def running(self) -> bool:
+        # Every user's clients connect in the pipe directory.  A link in its place
+        # would lead root to a daemon of someone else's: it is made root's own first.
+        own_dir(self.pipe, 0o755, parents=2)
         if not os.path.exists(os.path.join(self.pipe, PID_FILE)):
             return False
         try:
@@ -103,9 +107,7 @@ class MpsControl:
 
     def start(self, gpu_uuid: str) -> None:
         """Start the daemon for the GPU ``gpu_uuid`` (a UUID, as NVIDIA advises)."""
-        os.makedirs(self.pipe, mode=0o755, exist_ok=True)
-        os.chmod(self.pipe, 0o755)  # every user's clients connect here
-        os.makedirs(self.log, mode=0o700, exist_ok=True)
+        own_dir(self.log, 0o700, parents=1)
         self._run(["-d"], CUDA_VISIBLE_DEVICES=gpu_uuid)
 
     def servers(self) -> list[int]:

@@ -61,10 +61,14 @@ def store_path(state_dir: str | os.PathLike[str], node: str) -> str:
 
 def create_private(path: str) -> None:
     """Create ``path`` readable by root only (0600) if it does not exist: SQLite gives
-    the -wal and -shm files the database file's mode."""
-    if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    the -wal and -shm files the database file's mode.  SQLite opens all three by name,
+    so a link or FIFO in their place is removed first (:mod:`slurmpool.safefs`)."""
+    from slurmpool.safefs import clear_squatter, open_append
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    for name in (f"{path}-wal", f"{path}-shm"):
+        clear_squatter(name)
+    os.close(open_append(path, 0o600))
 
 
 class StateDB:

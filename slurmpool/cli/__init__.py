@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "accounting": "slurmpool.cli.accounting:accounting",
     "jobstats": "slurmpool.cli.jobstats:jobstats",
     "report": "slurmpool.cli.report:report",
+    "simulate": "slurmpool.cli.simulate:simulate",
 }
 
 

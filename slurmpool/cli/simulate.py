@@ -1,0 +1,121 @@
+"""``slurmpool simulate``: replay a trace of GPU jobs under each pooling policy."""
+
+from __future__ import annotations
+
+import click
+
+from slurmpool.cli.common import echo_json, json_option, usage_error
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h"
+
+
+@click.command()
+@click.option(
+    "--trace",
+    "trace_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="The jobs: an openb pod list (Alibaba cluster-trace-gpu-v2023).",
+)
+@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes in the pool.")
+@click.option(
+    "--gpus-per-node", type=click.IntRange(min=1), required=True, help="GPUs of each node."
+)
+@click.option("--model", required=True, help="The GPU model (`slurmpool models`), with MIG.")
+@click.option(
+    "--compare",
+    "policies",
+    default="whole,mig,fluid",
+    show_default=True,
+    help="Policies to replay the trace under, comma-separated: whole, mig, fluid.",
+)
+@click.option(
+    "--scheduler",
+    type=click.Choice(["fifo"]),
+    default="fifo",
+    show_default=True,
+    help="How waiting tasks start (see the README).",
+)
+@json_option("the figures")
+def simulate(
+    trace_path: str,
+    nodes: int,
+    gpus_per_node: int,
+    model: str,
+    policies: str,
+    scheduler: str,
+    as_json: bool,
+) -> None:
+    """Replay a trace's GPU tasks on a modelled pool under each pooling policy and
+    print how long they waited and how much of the pool they used.
+
+    ``whole`` gives every task whole GPUs; ``mig`` is slurmpool (Slurm counts vgpu
+    units, the prolog carves with the production placement and requeues a task whose
+    node is too fragmented); ``fluid`` is the bound: slices with no geometry.
+
+    Example: ``slurmpool simulate --trace openb_pod_list_default.csv --nodes 6
+    --gpus-per-node 8 --model A100-SXM4-80GB --compare whole,mig,fluid``
+    """
+    from slurmpool.catalogue import CatalogueError, default_catalogue
+    from slurmpool.simulate.pools import POLICIES, PoolError
+    from slurmpool.simulate.replay import compare
+    from slurmpool.simulate.trace import TraceError, read_openb
+
+    wanted = [p.strip() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in wanted if p not in POLICIES]
+    if not wanted or unknown:
+        usage_error(
+            f"--compare {policies!r}: {', '.join(unknown) or 'no policy'}; "
+            f"expected some of {', '.join(POLICIES)}"
+        )
+    try:
+        gpu = default_catalogue().get(model)
+        tasks = read_openb(trace_path)
+        results = compare(tasks, wanted, nodes, gpus_per_node, gpu, scheduler)
+    except (CatalogueError, TraceError, PoolError) as e:
+        usage_error(str(e))
+    if as_json:
+        echo_json(
+            {
+                "trace": trace_path,
+                "nodes": nodes,
+                "gpus_per_node": gpus_per_node,
+                "model": gpu.name,
+                "scheduler": scheduler,
+                "results": [r.to_json() for r in results],
+            }
+        )
+        return
+    click.echo(
+        f"{len(tasks)} GPU tasks on {nodes} nodes x {gpus_per_node} {gpu.name}, "
+        f"scheduler {scheduler}"
+    )
+    head = (
+        *("policy", "tasks", "wait mean", "wait p95", "1-GPU mean", "multi mean"),
+        *("asked slice-h", "held slice-h", "util", "frag requeues"),
+    )
+    rows = [
+        (
+            r.policy,
+            str(r.tasks),
+            _hours(r.wait_mean_s),
+            _hours(r.wait_p95_s),
+            _hours(r.wait_mean_single_s),
+            _hours(r.wait_mean_multi_s),
+            f"{r.requested_slice_h:.0f}",
+            f"{r.allocated_slice_h:.0f}",
+            f"{r.util:.1%}",
+            str(r.frag_requeues),
+        )
+        for r in results
+    ]
+    widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head))]
+    for row in (head, *rows):
+        click.echo(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+        )

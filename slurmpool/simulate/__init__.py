@@ -1,0 +1,1 @@
+"""Replaying a site's GPU jobs under each pooling policy: ``slurmpool simulate``."""

@@ -1,0 +1,188 @@
+"""The replay: an event-driven run of a trace through one pool, and what it measured.
+
+Scheduler ``fifo``, defined so that results compare with published replays:
+
+* completions come before arrivals at the same second;
+* a task that fits when it arrives starts then; one that does not joins a
+  FIFO queue;
+* after every batch of completions (all those of one second) the queue is
+  scanned in order and every task that fits starts;
+* a task the ``mig`` pool requeues (Slurm started it on fragmented slices)
+  stays in its place in the queue and is tried again at the next scan.
+
+Figures: the mean and 95th-percentile wait (start - arrival), the mean wait of
+single- and multi-GPU tasks, the compute slice-hours asked for and allocated
+(a 5-slice task holds a 7g instance under ``mig``, a whole GPU under
+``whole``), ``util`` (slice-hours asked for over the pool's slice-hours from
+the first arrival to the last completion) and the fragmentation requeues.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from slurmpool.simulate.pools import REQUEUED, Hold, Pool, make_pool
+from slurmpool.simulate.trace import Task
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurmpool.catalogue import GpuModel
+
+SCHEDULERS = ("fifo",)
+STARTED = "started"  # what _Replay._start says besides REQUEUED and None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    policy: str
+    scheduler: str
+    tasks: int
+    wait_mean_s: float
+    wait_p95_s: float
+    wait_mean_single_s: float
+    wait_mean_multi_s: float
+    requested_slice_h: float
+    allocated_slice_h: float
+    util: float
+    frag_requeues: int
+    makespan_s: int
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One task's run: when it started and what it held."""
+
+    task: Task
+    start: int
+    slices: int
+
+
+def replay(tasks: Sequence[Task], pool: Pool, scheduler: str = "fifo") -> Result:
+    """Run ``tasks`` (in arrival order) through ``pool`` and measure the waits."""
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"no scheduler {scheduler!r}; expected one of {', '.join(SCHEDULERS)}")
+    for task in tasks:
+        pool.check(task)
+    run = _Replay(pool)
+    run.play(tasks)
+    return _measure(pool.name, scheduler, pool.total_slices, run)
+
+
+class _Replay:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.running: list[tuple[int, int, Hold]] = []  # (end, sequence, hold): a heap
+        self.queue: list[Task] = []
+        self.runs: list[Run] = []
+        self.requeues = 0
+
+    def play(self, tasks: Sequence[Task]) -> None:
+        i = 0
+        while i < len(tasks) or self.running:
+            now = self._next(tasks[i].arrival if i < len(tasks) else None)
+            if self.running and self.running[0][0] == now:
+                while self.running and self.running[0][0] == now:
+                    self.pool.release(heapq.heappop(self.running)[2])
+                self._scan(now)
+            while i < len(tasks) and tasks[i].arrival == now:
+                if self._start(tasks[i], now) is not STARTED:
+                    self.queue.append(tasks[i])
+                i += 1
+
+    def _next(self, arrival: int | None) -> int:
+        """The second of the next event: a completion or an arrival, whichever is first."""
+        end = self.running[0][0] if self.running else None
+        if end is None or (arrival is not None and arrival < end):
+            assert arrival is not None
+            return arrival
+        return end
+
+    def _start(self, task: Task, now: int) -> str | None:
+        got = self.pool.try_start(task)
+        if got is None:
+            return None
+        if got == REQUEUED:
+            self.requeues += 1
+            return REQUEUED
+        assert isinstance(got, Hold)
+        heapq.heappush(self.running, (now + task.duration, len(self.runs), got))
+        self.runs.append(Run(task, now, got.slices))
+        return STARTED
+
+    def _scan(self, now: int) -> None:
+        """Start every queued task that fits, in order.  A demand that did not fit is not
+        tried again in this scan: starting others only takes room away."""
+        left: list[Task] = []
+        refused: set[tuple[int, int]] = set()
+        for task in self.queue:
+            key = (task.gpus, self.pool.demand(task))
+            if key in refused:
+                left.append(task)
+                continue
+            outcome = self._start(task, now)
+            if outcome is None:
+                refused.add(key)
+            if outcome is not STARTED:
+                left.append(task)
+        self.queue = left
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` percentile (0 < q <= 100) of ``values``; 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)])
+
+
+def _measure(policy: str, scheduler: str, total_slices: int, run: _Replay) -> Result:
+    runs = run.runs
+    waits = [r.start - r.task.arrival for r in runs]
+    single = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus == 1]
+    multi = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus > 1]
+    if runs:
+        first = min(r.task.arrival for r in runs)
+        makespan = max(r.start + r.task.duration for r in runs) - first
+    else:
+        makespan = 0
+    asked = sum(run.pool.demand(r.task) * r.task.duration for r in runs)
+    held = sum(r.slices * r.task.duration for r in runs)
+    return Result(
+        policy=policy,
+        scheduler=scheduler,
+        tasks=len(runs),
+        wait_mean_s=_mean(waits),
+        wait_p95_s=percentile(waits, 95),
+        wait_mean_single_s=_mean(single),
+        wait_mean_multi_s=_mean(multi),
+        requested_slice_h=asked / 3600,
+        allocated_slice_h=held / 3600,
+        util=asked / (total_slices * makespan) if makespan else 0.0,
+        frag_requeues=run.requeues,
+        makespan_s=makespan,
+    )
+
+
+def compare(
+    tasks: Sequence[Task],
+    policies: Sequence[str],
+    nodes: int,
+    gpus_per_node: int,
+    model: GpuModel,
+    scheduler: str = "fifo",
+) -> list[Result]:
+    """One :class:`Result` per policy, each from a fresh pool of the same shape."""
+    return [
+        replay(tasks, make_pool(policy, nodes, gpus_per_node, model), scheduler)
+        for policy in policies
+    ]

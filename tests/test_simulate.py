@@ -1,0 +1,196 @@
+"""slurmpool simulate: the replay core on traces small enough to work out by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmpool.catalogue import Catalogue
+from slurmpool.cli import main
+from slurmpool.simulate.pools import PoolError, make_pool
+from slurmpool.simulate.replay import Result, percentile, replay
+from slurmpool.simulate.trace import Task, TraceError, parse_openb, read_openb
+
+A100 = "A100-SXM4-80GB"
+HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+HEADER += "creation_time,deletion_time,scheduled_time\n"
+
+
+def task(name: str, arrival: int, duration: int, gpus: int = 1, milli: int = 1000) -> Task:
+    return Task(name, arrival, duration, gpus, milli)
+
+
+def run(catalogue: Catalogue, policy: str, tasks: list[Task], nodes: int, gpus: int) -> Result:
+    return replay(tasks, make_pool(policy, nodes, gpus, catalogue.get(A100)))
+
+
+def waits(catalogue: Catalogue, policy: str, tasks: list[Task], nodes: int, gpus: int) -> float:
+    return run(catalogue, policy, tasks, nodes, gpus).wait_mean_s * len(tasks)
+
+
+# -- the trace ---------------------------------------------------------------------------
+
+
+def write_trace(path: Path, *rows: str) -> Path:
+    path.write_text(HEADER + "".join(row + "\n" for row in rows))
+    return path
+
+
+def test_a_trace_row_becomes_a_task_and_cpu_tasks_are_left_out(tmp_path: Path) -> None:
+    path = write_trace(
+        tmp_path / "t.csv",
+        "p0,1000,1024,1,460,,LS,Running,500,1500,500",
+        "p1,1000,1024,0,0,,LS,Running,0,10,0",
+        "p2,1000,1024,4,1000,,LS,Running,100,100,100",
+    )
+    assert read_openb(path) == [task("p2", 100, 1, gpus=4), task("p0", 500, 1000, milli=460)]
+    assert task("p0", 0, 1, milli=460).slices(7) == 4  # ceil(7 * 460 / 1000)
+    assert task("p0", 0, 1, milli=1).slices(7) == 1
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("p,1,1,one,0,,LS,R,0,1,0", "t.csv:2: num_gpu is 'one', expected a whole number"),
+        ("p,1,1,1,0,,LS,R,0,1,0", "t.csv:2: gpu_milli is 0 for a GPU task, expected 1 to 1000"),
+        ("p,1,1,1,500,,LS,R,-5,1,0", "t.csv:2: creation_time is -5, expected 0 or more"),
+    ],
+)
+def test_a_bad_row_is_named_by_file_line_and_column(row: str, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        list(parse_openb([HEADER, row + "\n"], "t.csv"))
+
+
+def test_a_file_that_is_not_a_pod_list_says_what_columns_it_needs() -> None:
+    with pytest.raises(TraceError, match="no column num_gpu, gpu_milli"):
+        list(parse_openb(["name,creation_time,deletion_time\n"], "t.csv"))
+
+
+# -- the scheduler --------------------------------------------------------------------
+
+
+def test_a_task_that_does_not_fit_waits_for_the_next_completion(catalogue: Catalogue) -> None:
+    tasks = [task("a", 0, 10, milli=500), task("b", 0, 20, milli=500), task("c", 0, 5)]
+    # whole: a and b take both GPUs; c starts when a ends, at 10.
+    assert waits(catalogue, "whole", tasks, 1, 2) == 10
+    # fluid: a and b (4 slices each) take 4 of each GPU's 7; c needs an empty one.
+    assert waits(catalogue, "fluid", tasks, 1, 2) == 10
+    # Three quarters of a GPU fit together only under fluid: 2 + 2 + 2 of 7 slices.
+    small = [task(n, 0, 10, milli=250) for n in "abc"]
+    assert waits(catalogue, "fluid", small, 1, 1) == 0
+    assert waits(catalogue, "whole", small, 1, 1) == 10 + 20
+
+
+def test_completions_come_before_arrivals_at_the_same_second(catalogue: Catalogue) -> None:
+    tasks = [task("a", 0, 10), task("b", 10, 10)]
+    assert waits(catalogue, "whole", tasks, 1, 1) == 0
+
+
+def test_an_arrival_that_fits_starts_even_when_others_wait(catalogue: Catalogue) -> None:
+    # b (two GPUs) waits for a; c (one GPU) arrives later and takes the free GPU at once.
+    tasks = [task("a", 0, 100), task("b", 1, 10, gpus=2), task("c", 2, 10)]
+    result = run(catalogue, "whole", tasks, 1, 2)
+    assert result.wait_mean_multi_s == 99  # b starts at 100
+    assert result.wait_mean_single_s == 0
+
+
+def test_a_multi_gpu_task_needs_its_gpus_on_one_node(catalogue: Catalogue) -> None:
+    tasks = [task("a", 0, 50), task("b", 0, 50), task("c", 0, 10, gpus=2)]
+    # Two nodes of two GPUs: a and b share node 0, so c gets node 1 at once...
+    assert waits(catalogue, "whole", tasks, 2, 2) == 0
+    # ...but with a on node 0 and node 1 holding b, c waits for a node to empty.
+    spread = [task("x", 0, 50, gpus=2), task("a", 0, 50), task("c", 0, 10, gpus=2)]
+    assert waits(catalogue, "whole", spread, 2, 2) == 50
+
+
+def test_the_mig_pool_requeues_when_slurms_count_fits_but_the_slices_do_not(
+    catalogue: Catalogue,
+) -> None:
+    """Two 3g instances use all 8 memory slices of an A100 and 6 of its 7 compute
+    slices: Slurm counts one vgpu unit free, the prolog cannot carve a 1g there."""
+    tasks = [task("a", 0, 100, milli=400), task("b", 0, 100, milli=400)]
+    tasks.append(task("c", 1, 10, milli=100))
+    result = run(catalogue, "mig", tasks, 1, 1)
+    assert result.frag_requeues == 1
+    assert result.wait_mean_s * 3 == 99  # c starts when a and b end, at 100
+    assert run(catalogue, "fluid", tasks, 1, 1).wait_mean_s == 0  # no geometry, no wait
+
+
+def test_mig_holds_what_the_rounding_carves(catalogue: Catalogue) -> None:
+    # 5 slices asked (milli 700), a 7g instance held: vgpu:5 rounds up to vgpu:7.
+    result = run(catalogue, "mig", [task("a", 0, 3600, milli=700)], 1, 1)
+    assert (result.requested_slice_h, result.allocated_slice_h) == (5, 7)
+    assert result.util == pytest.approx(5 / 7)
+    whole = run(catalogue, "whole", [task("a", 0, 3600, milli=700)], 1, 1)
+    assert whole.allocated_slice_h == 7
+
+
+def test_a_task_bigger_than_any_node_is_an_error_not_a_wait(catalogue: Catalogue) -> None:
+    with pytest.raises(PoolError, match="asks for 8 GPUs and a node has 4"):
+        run(catalogue, "whole", [task("big", 0, 1, gpus=8)], 2, 4)
+
+
+def test_a_model_without_mig_is_refused(catalogue: Catalogue) -> None:
+    with pytest.raises(PoolError, match="L40S-48GB has no MIG"):
+        make_pool("whole", 1, 1, catalogue.get("L40S-48GB"))
+
+
+def test_nearest_rank_percentile() -> None:
+    assert percentile([], 95) == 0
+    assert percentile([5.0], 95) == 5
+    assert percentile(list(range(1, 101)), 95) == 95
+    assert percentile([1.0, 2.0], 50) == 1
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    return write_trace(
+        tmp_path / "trace.csv",
+        "a,1,1,1,400,,LS,R,0,100,0",
+        "b,1,1,1,400,,LS,R,0,100,0",
+        "c,1,1,1,100,,LS,R,1,11,1",
+    )
+
+
+def test_the_command_prints_one_row_per_policy(trace: Path) -> None:
+    args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
+    result = CliRunner().invoke(main, [*args, "--model", A100])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"3 GPU tasks on 1 nodes x 1 {A100}, scheduler fifo"
+    assert lines[1].split()[:3] == ["policy", "tasks", "wait"]
+    assert [line.split()[0] for line in lines[2:]] == ["whole", "mig", "fluid"]
+    assert lines[3].split()[-1] == "1"  # mig's fragmentation requeue
+
+
+def test_the_command_in_json(trace: Path) -> None:
+    args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
+    result = CliRunner().invoke(main, [*args, "--model", A100, "--compare", "mig", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["scheduler"] == "fifo" and data["model"] == A100
+    [mig] = data["results"]
+    assert mig["policy"] == "mig" and mig["tasks"] == 3 and mig["frag_requeues"] == 1
+    for key in ("wait_mean_s", "wait_p95_s", "wait_mean_multi_s", "util"):
+        assert isinstance(mig[key], float)
+
+
+@pytest.mark.parametrize(
+    ("more", "message"),
+    [
+        (["--compare", "whole,best"], "--compare 'whole,best': best; expected some of"),
+        (["--model", "L40S-48GB"], "L40S-48GB has no MIG"),
+        (["--gpus-per-node", "0"], "0 is not in the range x>=1"),
+    ],
+)
+def test_the_command_names_what_is_wrong(trace: Path, more: list[str], message: str) -> None:
+    args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
+    result = CliRunner().invoke(main, [*args, "--model", A100, *more])
+    assert result.exit_code != 0
+    assert message in result.output

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from slurmpool.catalogue import Catalogue
 from slurmpool.cli import main
-from slurmpool.simulate.pools import PoolError, make_pool
+from slurmpool.simulate.pools import NodeShape, PoolError, make_pool, uniform
 from slurmpool.simulate.replay import Result, percentile, replay
 from slurmpool.simulate.trace import Task, TraceError, parse_openb, read_openb
 
@@ -24,7 +24,7 @@ def task(name: str, arrival: int, duration: int, gpus: int = 1, milli: int = 100
 
 
 def run(catalogue: Catalogue, policy: str, tasks: list[Task], nodes: int, gpus: int) -> Result:
-    return replay(tasks, make_pool(policy, nodes, gpus, catalogue.get(A100)))
+    return replay(tasks, make_pool(policy, uniform(nodes, gpus, catalogue.get(A100))))
 
 
 def waits(catalogue: Catalogue, policy: str, tasks: list[Task], nodes: int, gpus: int) -> float:
@@ -129,13 +129,13 @@ def test_mig_holds_what_the_rounding_carves(catalogue: Catalogue) -> None:
 
 
 def test_a_task_bigger_than_any_node_is_an_error_not_a_wait(catalogue: Catalogue) -> None:
-    with pytest.raises(PoolError, match="asks for 8 GPUs and a node has 4"):
+    with pytest.raises(PoolError, match="asks for 8 GPUs and the largest node has 4"):
         run(catalogue, "whole", [task("big", 0, 1, gpus=8)], 2, 4)
 
 
 def test_a_model_without_mig_is_refused(catalogue: Catalogue) -> None:
     with pytest.raises(PoolError, match="L40S-48GB has no MIG"):
-        make_pool("whole", 1, 1, catalogue.get("L40S-48GB"))
+        make_pool("whole", [NodeShape(1, catalogue.get("L40S-48GB"))])
 
 
 def test_nearest_rank_percentile() -> None:
@@ -174,7 +174,8 @@ def test_the_command_in_json(trace: Path) -> None:
     result = CliRunner().invoke(main, [*args, "--model", A100, "--compare", "mig", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["scheduler"] == "fifo" and data["model"] == A100
+    assert data["scheduler"] == "fifo"
+    assert data["pool"] == [{"nodes": 1, "gpus": 1, "model": A100}]
     [mig] = data["results"]
     assert mig["policy"] == "mig" and mig["tasks"] == 3 and mig["frag_requeues"] == 1
     for key in ("wait_mean_s", "wait_p95_s", "wait_mean_multi_s", "util"):
@@ -192,5 +193,69 @@ def test_the_command_in_json(trace: Path) -> None:
 def test_the_command_names_what_is_wrong(trace: Path, more: list[str], message: str) -> None:
     args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
     result = CliRunner().invoke(main, [*args, "--model", A100, *more])
+    assert result.exit_code != 0
+    assert message in result.output
+
+
+# -- a site's pool ---------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_a_site_policy_gives_every_node_of_its_groups(catalogue: Catalogue) -> None:
+    from slurmpool.policy.loader import load_policy
+    from slurmpool.simulate.site import site_shapes
+
+    shapes = site_shapes(load_policy(EXAMPLES / "mixed-cluster.yaml"), catalogue)
+    # train: 128 nodes of 8 H100 (whole in the policy); serve: 17 of 8 A100.
+    assert len(shapes) == 128 + 17
+    assert (shapes[0].gpus, shapes[0].model.name) == (8, "H100-SXM5-80GB")
+    assert (shapes[-1].gpus, shapes[-1].model.name) == (8, A100)
+
+
+def test_a_group_of_two_models_is_refused(tmp_path: Path, catalogue: Catalogue) -> None:
+    from slurmpool.policy.loader import load_policy
+    from slurmpool.simulate.site import site_shapes
+
+    text = (EXAMPLES / "mixed-cluster.yaml").read_text()
+    text = text.replace("{model: A100-SXM4-80GB, index: 7", "{model: A30-24GB, index: 7")
+    path = tmp_path / "two-models.yaml"
+    path.write_text(text)
+    with pytest.raises(PoolError, match="node group serve has GPUs of A100-SXM4-80GB and A30"):
+        site_shapes(load_policy(path), catalogue)
+
+
+def test_a_task_on_one_gpu_takes_the_fullest_gpu_it_fits_on_any_node(
+    catalogue: Catalogue,
+) -> None:
+    """Half a GPU is 4 of an A100's 7 slices and 2 of an A30's 4: fluid fills the A30
+    (fewer free slices that suffice) before it breaks into the A100."""
+    pool = make_pool(
+        "fluid", [NodeShape(1, catalogue.get(A100)), NodeShape(1, catalogue.get("A30-24GB"))]
+    )
+    holds = [pool.try_start(task(n, 0, 1, milli=500)) for n in "abc"]
+    assert [(h.node, h.asked) for h in holds if h is not None and h != "requeued"] == [
+        (1, 2),
+        (1, 2),
+        (0, 4),
+    ]
+
+
+def test_the_command_models_a_site_from_its_policy(trace: Path, tmp_path: Path) -> None:
+    args = ["simulate", "--trace", str(trace), "--policy", str(EXAMPLES / "sandbox.yaml")]
+    result = CliRunner().invoke(main, [*args, "--var", f"root={tmp_path}"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == f"3 GPU tasks on 2 nodes x 3 {A100}, scheduler fifo"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "2"], "the pool: give --gpus-per-node, --model, or --policy POLICY"),
+        (["--policy", str(EXAMPLES / "sandbox.yaml"), "--nodes", "2"], "leave out --nodes"),
+    ],
+)
+def test_the_pool_comes_one_way(trace: Path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["simulate", "--trace", str(trace), *args])
     assert result.exit_code != 0
     assert message in result.output

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import click
 
-from slurmpool.cli.common import echo_json, json_option, usage_error
+from slurmpool.cli.common import (
+    echo_json,
+    json_option,
+    load_policy_or_exit,
+    usage_error,
+    var_option,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from slurmpool.simulate.pools import NodeShape
 
 
 def _hours(seconds: float) -> str:
@@ -19,11 +31,17 @@ def _hours(seconds: float) -> str:
     type=click.Path(dir_okay=False, exists=True),
     help="The jobs: an openb pod list (Alibaba cluster-trace-gpu-v2023).",
 )
-@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes in the pool.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Nodes in the pool.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs of each node.")
+@click.option("--model", help="The GPU model (`slurmpool models`), with MIG.")
 @click.option(
-    "--gpus-per-node", type=click.IntRange(min=1), required=True, help="GPUs of each node."
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Model the pool as a site's policy has it: every node and GPU of its node "
+    "groups (instead of --nodes, --gpus-per-node and --model).",
 )
-@click.option("--model", required=True, help="The GPU model (`slurmpool models`), with MIG.")
+@var_option
 @click.option(
     "--compare",
     "policies",
@@ -41,9 +59,11 @@ def _hours(seconds: float) -> str:
 @json_option("the figures")
 def simulate(
     trace_path: str,
-    nodes: int,
-    gpus_per_node: int,
-    model: str,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    model: str | None,
+    policy_path: str | None,
+    variables: Mapping[str, str],
     policies: str,
     scheduler: str,
     as_json: bool,
@@ -58,7 +78,7 @@ def simulate(
     Example: ``slurmpool simulate --trace openb_pod_list_default.csv --nodes 6
     --gpus-per-node 8 --model A100-SXM4-80GB --compare whole,mig,fluid``
     """
-    from slurmpool.catalogue import CatalogueError, default_catalogue
+    from slurmpool.catalogue import CatalogueError
     from slurmpool.simulate.pools import POLICIES, PoolError
     from slurmpool.simulate.replay import compare
     from slurmpool.simulate.trace import TraceError, read_openb
@@ -71,27 +91,24 @@ def simulate(
             f"expected some of {', '.join(POLICIES)}"
         )
     try:
-        gpu = default_catalogue().get(model)
+        shapes = _shapes(nodes, gpus_per_node, model, policy_path, variables)
         tasks = read_openb(trace_path)
-        results = compare(tasks, wanted, nodes, gpus_per_node, gpu, scheduler)
+        results = compare(tasks, wanted, shapes, scheduler)
     except (CatalogueError, TraceError, PoolError) as e:
         usage_error(str(e))
+    pool = _describe(shapes)
     if as_json:
         echo_json(
             {
                 "trace": trace_path,
-                "nodes": nodes,
-                "gpus_per_node": gpus_per_node,
-                "model": gpu.name,
+                "pool": pool,
                 "scheduler": scheduler,
                 "results": [r.to_json() for r in results],
             }
         )
         return
-    click.echo(
-        f"{len(tasks)} GPU tasks on {nodes} nodes x {gpus_per_node} {gpu.name}, "
-        f"scheduler {scheduler}"
-    )
+    where = ", ".join(f"{p['nodes']} nodes x {p['gpus']} {p['model']}" for p in pool)
+    click.echo(f"{len(tasks)} GPU tasks on {where}, scheduler {scheduler}")
     head = (
         *("policy", "tasks", "wait mean", "wait p95", "1-GPU mean", "multi mean"),
         *("asked slice-h", "held slice-h", "util", "frag requeues"),
@@ -119,3 +136,39 @@ def simulate(
                 for i, (c, w) in enumerate(zip(row, widths, strict=True))
             ).rstrip()
         )
+
+
+def _shapes(
+    nodes: int | None,
+    gpus_per_node: int | None,
+    model: str | None,
+    policy_path: str | None,
+    variables: Mapping[str, str],
+) -> list[NodeShape]:
+    """The pool's nodes, from --policy or from --nodes, --gpus-per-node and --model."""
+    from slurmpool.catalogue import default_catalogue
+    from slurmpool.simulate.pools import uniform
+    from slurmpool.simulate.site import site_shapes
+
+    shape = {"--nodes": nodes, "--gpus-per-node": gpus_per_node, "--model": model}
+    given = [k for k, v in shape.items() if v is not None]
+    if policy_path is not None:
+        if given:
+            usage_error(f"--policy models the pool; leave out {', '.join(given)}")
+        return site_shapes(load_policy_or_exit(policy_path, variables), default_catalogue())
+    if nodes is None or gpus_per_node is None or model is None:
+        missing = [k for k, v in shape.items() if v is None]
+        usage_error(f"the pool: give {', '.join(missing)}, or --policy POLICY")
+    return uniform(nodes, gpus_per_node, default_catalogue().get(model))
+
+
+def _describe(shapes: list[NodeShape]) -> list[dict[str, object]]:
+    """The pool as runs of alike nodes, in order."""
+    runs: list[tuple[int, int, str]] = []  # (nodes, GPUs each, model)
+    for shape in shapes:
+        if runs and runs[-1][1:] == (shape.gpus, shape.model.name):
+            n, gpus, model = runs[-1]
+            runs[-1] = (n + 1, gpus, model)
+        else:
+            runs.append((1, shape.gpus, shape.model.name))
+    return [{"nodes": n, "gpus": gpus, "model": model} for n, gpus, model in runs]

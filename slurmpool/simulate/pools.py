@@ -4,7 +4,8 @@
   empty GPUs of the first node that has enough.
 * ``mig``: slurmpool as it runs.  Slurm counts ``vgpu`` units per node and starts
   the task on the first node with enough free units (nodes of equal weight, in
-  order); the prolog then carves with the production rounding
+  order), its request rounded up as job_submit.lua does (vgpu:5 -> vgpu:7); the
+  prolog then carves with the production rounding
   (:func:`slurmpool.pooling.request.mig_profiles` over
   :func:`slurmpool.configgen.plan.profile_table`) and placement
   (:func:`slurmpool.pooling.mig.plan_instances`).  When the node's free slices
@@ -22,7 +23,8 @@ started it and the prolog sent it back).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from slurmpool.configgen.plan import profile_table
@@ -42,27 +44,46 @@ class PoolError(ValueError):
     """A pool that cannot be modelled, or a task it can never run."""
 
 
+@dataclass(frozen=True, slots=True)
+class NodeShape:
+    """One node of a modelled pool: how many GPUs, of which model (with MIG)."""
+
+    gpus: int
+    model: GpuModel
+
+    @property
+    def slices(self) -> int:
+        """Compute slices of one of its GPUs."""
+        assert self.model.mig is not None
+        return self.model.mig.compute_slices
+
+    def demand(self, task: Task) -> int:
+        """The compute slices ``task`` asks for on this node."""
+        return task.slices(self.slices) if task.fraction else task.gpus * self.slices
+
+
+def uniform(nodes: int, gpus_per_node: int, model: GpuModel) -> list[NodeShape]:
+    """``nodes`` alike nodes."""
+    return [NodeShape(gpus_per_node, model)] * nodes
+
+
 @dataclass(slots=True)
 class Hold:
     """What a running task holds, for :meth:`Pool.release`."""
 
     node: int
     gpus: tuple[int, ...]  # GPU indices within the node
-    slices: int  # compute slices allocated (what the task keeps from others)
+    asked: int  # compute slices the task asked for there
+    slices: int  # compute slices it holds (what it keeps from others)
     units: int = 0  # mig: the vgpu units Slurm counts
     instances: tuple[tuple[int, PlacedInstance], ...] = ()  # mig: (gpu, instance)
 
 
 class Pool(Protocol):
     name: str
-    slices_per_gpu: int
 
     @property
     def total_slices(self) -> int: ...
-
-    def demand(self, task: Task) -> int:
-        """The compute slices ``task`` asks for."""
-        ...
 
     def check(self, task: Task) -> None:
         """:class:`PoolError` when ``task`` could never run here."""
@@ -73,34 +94,32 @@ class Pool(Protocol):
     def release(self, hold: Hold) -> None: ...
 
 
-@dataclass
-class _Shape:
-    nodes: int
-    gpus_per_node: int
-    slices_per_gpu: int
+class _Nodes:
+    """What every pool knows of its nodes."""
 
-    def __post_init__(self) -> None:
-        if self.nodes < 1 or self.gpus_per_node < 1:
-            raise PoolError(
-                f"a pool of {self.nodes} nodes of {self.gpus_per_node} GPUs: "
-                "expected at least one node with at least one GPU"
-            )
+    def __init__(self, shapes: Sequence[NodeShape]) -> None:
+        if not shapes:
+            raise PoolError("a pool of no nodes: expected at least one node")
+        for shape in shapes:
+            if shape.gpus < 1:
+                raise PoolError(f"a node of {shape.gpus} GPUs: expected at least one GPU")
+            if shape.model.mig is None:
+                raise PoolError(
+                    f"{shape.model.name} has no MIG, so its GPUs have no compute slices "
+                    "to pool; pick a model with MIG (`slurmpool models`)"
+                )
+        self.shapes = list(shapes)
 
     @property
     def total_slices(self) -> int:
-        return self.nodes * self.gpus_per_node * self.slices_per_gpu
-
-    def demand(self, task: Task) -> int:
-        if task.fraction:
-            return task.slices(self.slices_per_gpu)
-        return task.gpus * self.slices_per_gpu
+        return sum(s.gpus * s.slices for s in self.shapes)
 
     def check(self, task: Task) -> None:
-        if task.gpus > self.gpus_per_node:
+        most = max(s.gpus for s in self.shapes)
+        if task.gpus > most:
             raise PoolError(
-                f"task {task.name} asks for {task.gpus} GPUs and a node has "
-                f"{self.gpus_per_node}: it could never run (pass --gpus-per-node {task.gpus} "
-                "or more)"
+                f"task {task.name} asks for {task.gpus} GPUs and the largest node has "
+                f"{most}: it could never run"
             )
 
 
@@ -114,14 +133,12 @@ def _lowest(mask: int, n: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-@dataclass
-class WholePool(_Shape):
-    name: str = "whole"
-    empty: list[int] = field(init=False)  # per node: a bitmask of its empty GPUs
+class WholePool(_Nodes):
+    name = "whole"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.empty = [(1 << self.gpus_per_node) - 1] * self.nodes
+    def __init__(self, shapes: Sequence[NodeShape]) -> None:
+        super().__init__(shapes)
+        self.empty = [(1 << s.gpus) - 1 for s in self.shapes]  # per node: empty GPUs
 
     def try_start(self, task: Task) -> Hold | None:
         for node, mask in enumerate(self.empty):
@@ -129,7 +146,8 @@ class WholePool(_Shape):
                 gpus = _lowest(mask, task.gpus)
                 for g in gpus:
                     self.empty[node] &= ~(1 << g)
-                return Hold(node, gpus, task.gpus * self.slices_per_gpu)
+                shape = self.shapes[node]
+                return Hold(node, gpus, shape.demand(task), task.gpus * shape.slices)
         return None
 
     def release(self, hold: Hold) -> None:
@@ -137,45 +155,41 @@ class WholePool(_Shape):
             self.empty[hold.node] |= 1 << g
 
 
-@dataclass
-class FluidPool(_Shape):
-    name: str = "fluid"
-    free: list[list[int]] = field(init=False)  # per node, per GPU: free compute slices
+class FluidPool(_Nodes):
+    name = "fluid"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.free = [[self.slices_per_gpu] * self.gpus_per_node for _ in range(self.nodes)]
+    def __init__(self, shapes: Sequence[NodeShape]) -> None:
+        super().__init__(shapes)
+        self.free = [[s.slices] * s.gpus for s in self.shapes]  # per node, per GPU
 
     def try_start(self, task: Task) -> Hold | None:
         if task.gpus == 1:
-            need = self.demand(task)
             best: tuple[int, int, int] | None = None  # (free, node, gpu)
             for node, gpus in enumerate(self.free):
+                need = self.shapes[node].demand(task)
                 for g, free in enumerate(gpus):
                     if need <= free and (best is None or free < best[0]):
                         best = (free, node, g)
-                        if free == need:
-                            break
-                if best is not None and best[0] == need:
-                    break
             if best is None:
                 return None
             _, node, g = best
+            need = self.shapes[node].demand(task)
             self.free[node][g] -= need
-            return Hold(node, (g,), need)
-        full = self.slices_per_gpu
+            return Hold(node, (g,), need, need)
         choice: tuple[int, int] | None = None  # (empty GPUs, node)
         for node, gpus in enumerate(self.free):
+            full = self.shapes[node].slices
             empty = sum(1 for free in gpus if free == full)
             if empty >= task.gpus and (choice is None or empty < choice[0]):
                 choice = (empty, node)
         if choice is None:
             return None
         node = choice[1]
+        full = self.shapes[node].slices
         taken = tuple(g for g, free in enumerate(self.free[node]) if free == full)[: task.gpus]
         for g in taken:
             self.free[node][g] = 0
-        return Hold(node, taken, task.gpus * full)
+        return Hold(node, taken, task.gpus * full, task.gpus * full)
 
     def release(self, hold: Hold) -> None:
         per_gpu = hold.slices // len(hold.gpus)
@@ -183,41 +197,41 @@ class FluidPool(_Shape):
             self.free[hold.node][g] += per_gpu
 
 
-@dataclass
-class MigPool(_Shape):
-    model: GpuModel | None = None
-    name: str = "mig"
-    units: list[int] = field(init=False)  # per node: free vgpu units, as Slurm counts
-    gpus: list[list[GpuOccupancy]] = field(init=False)  # per node: each GPU's instances
+class MigPool(_Nodes):
+    name = "mig"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.model is None or self.model.mig is None:
-            raise PoolError("the mig policy needs a GPU model with MIG")
-        self._profiles = profile_table(self.model)
-        self._rounded = {int(n): self.model.gi_profile(p).slices for n, p in self._profiles.items()}
-        self.units = [self.gpus_per_node * self.slices_per_gpu] * self.nodes
-        self.gpus = [
-            [GpuOccupancy(g, self.model) for g in range(self.gpus_per_node)]
-            for _ in range(self.nodes)
-        ]
+    def __init__(self, shapes: Sequence[NodeShape]) -> None:
+        super().__init__(shapes)
+        self.units = [s.gpus * s.slices for s in self.shapes]  # free vgpu units, per node
+        self.gpus = [[GpuOccupancy(g, s.model) for g in range(s.gpus)] for s in self.shapes]
+        self._tables = {s.model.name: profile_table(s.model) for s in self.shapes}
+        self._requests: dict[tuple[str, int, int], tuple[int, tuple[str, ...]]] = {}
 
-    def _profiles_for(self, units: int) -> tuple[str, ...]:
-        return mig_profiles(units, self.slices_per_gpu, lambda n: self._profiles.get(str(n)))
+    def _request(self, shape: NodeShape, task: Task) -> tuple[int, tuple[str, ...]]:
+        """(vgpu units Slurm counts, the instances the prolog carves) for ``task``: the
+        request rounded up as job_submit.lua does (vgpu:5 -> vgpu:7)."""
+        key = (shape.model.name, task.gpus, task.milli)
+        known = self._requests.get(key)
+        if known is not None:
+            return known
+        table = self._tables[shape.model.name]
+        units = shape.demand(task)
+        if units < shape.slices:
+            units = shape.model.gi_profile(table[str(units)]).slices
+        request = units, mig_profiles(units, shape.slices, lambda n: table.get(str(n)))
+        self._requests[key] = request
+        return request
 
     def try_start(self, task: Task) -> Hold | Literal["requeued"] | None:
-        # job_submit.lua rounds vgpu:N up to a size one GPU hands out (vgpu:5 -> vgpu:7).
-        units = self.demand(task)
-        if units < self.slices_per_gpu:
-            units = self._rounded[units]
-        node = next((n for n, free in enumerate(self.units) if free >= units), None)
-        if node is None:
+        for node, shape in enumerate(self.shapes):
+            units, profiles = self._request(shape, task)
+            if self.units[node] >= units:
+                break
+        else:
             return None
-        profiles = self._profiles_for(units)
         choices = plan_instances(self.gpus[node], profiles)
         if choices is None:
             return REQUEUED  # Slurm's count fitted; the node's slices are fragmented
-        assert self.model is not None
         placed = []
         for profile, choice in zip(profiles, choices, strict=True):
             inst = PlacedInstance(profile, choice.placement)
@@ -227,9 +241,9 @@ class MigPool(_Shape):
             )
             placed.append((choice.gpu_index, inst))
         self.units[node] -= units
-        slices = sum(self.model.gi_profile(p).slices for p in profiles)
+        slices = sum(shape.model.gi_profile(p).slices for p in profiles)
         gpus = tuple(dict.fromkeys(g for g, _ in placed))
-        return Hold(node, gpus, slices, units, tuple(placed))
+        return Hold(node, gpus, shape.demand(task), slices, units, tuple(placed))
 
     def release(self, hold: Hold) -> None:
         self.units[hold.node] += hold.units
@@ -240,18 +254,16 @@ class MigPool(_Shape):
             self.gpus[hold.node][g] = GpuOccupancy(gpu.index, gpu.model, tuple(left))
 
 
-def make_pool(policy: str, nodes: int, gpus_per_node: int, model: GpuModel) -> Pool:
-    """The pool ``policy`` makes of ``nodes`` nodes of ``gpus_per_node`` GPUs of ``model``."""
-    if model.mig is None:
-        raise PoolError(
-            f"{model.name} has no MIG, so its GPUs have no compute slices to pool; "
-            "pick a model with MIG (`slurmpool models`)"
-        )
-    slices = model.mig.compute_slices
-    if policy == "whole":
-        return WholePool(nodes, gpus_per_node, slices)
-    if policy == "fluid":
-        return FluidPool(nodes, gpus_per_node, slices)
-    if policy == "mig":
-        return MigPool(nodes, gpus_per_node, slices, model)
-    raise PoolError(f"no policy {policy!r}; expected one of {', '.join(POLICIES)}")
+POOLS: dict[str, type[WholePool] | type[FluidPool] | type[MigPool]] = {
+    "whole": WholePool,
+    "mig": MigPool,
+    "fluid": FluidPool,
+}
+
+
+def make_pool(policy: str, shapes: Sequence[NodeShape]) -> Pool:
+    """The pool ``policy`` makes of nodes of ``shapes``."""
+    pool = POOLS.get(policy)
+    if pool is None:
+        raise PoolError(f"no policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    return pool(shapes)

@@ -24,12 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from slurmpool.simulate.pools import REQUEUED, Hold, Pool, make_pool
+from slurmpool.simulate.pools import REQUEUED, Hold, NodeShape, Pool, make_pool
 from slurmpool.simulate.trace import Task
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from slurmpool.catalogue import GpuModel
 
 SCHEDULERS = ("fifo",)
 STARTED = "started"  # what _Replay._start says besides REQUEUED and None
@@ -60,7 +56,8 @@ class Run:
 
     task: Task
     start: int
-    slices: int
+    asked: int  # compute slices asked for on the node it ran on
+    slices: int  # compute slices held there
 
 
 def replay(tasks: Sequence[Task], pool: Pool, scheduler: str = "fifo") -> Result:
@@ -112,7 +109,7 @@ class _Replay:
             return REQUEUED
         assert isinstance(got, Hold)
         heapq.heappush(self.running, (now + task.duration, len(self.runs), got))
-        self.runs.append(Run(task, now, got.slices))
+        self.runs.append(Run(task, now, got.asked, got.slices))
         return STARTED
 
     def _scan(self, now: int) -> None:
@@ -121,7 +118,7 @@ class _Replay:
         left: list[Task] = []
         refused: set[tuple[int, int]] = set()
         for task in self.queue:
-            key = (task.gpus, self.pool.demand(task))
+            key = (task.gpus, task.milli)
             if key in refused:
                 left.append(task)
                 continue
@@ -155,7 +152,7 @@ def _measure(policy: str, scheduler: str, total_slices: int, run: _Replay) -> Re
         makespan = max(r.start + r.task.duration for r in runs) - first
     else:
         makespan = 0
-    asked = sum(run.pool.demand(r.task) * r.task.duration for r in runs)
+    asked = sum(r.asked * r.task.duration for r in runs)
     held = sum(r.slices * r.task.duration for r in runs)
     return Result(
         policy=policy,
@@ -176,13 +173,8 @@ def _measure(policy: str, scheduler: str, total_slices: int, run: _Replay) -> Re
 def compare(
     tasks: Sequence[Task],
     policies: Sequence[str],
-    nodes: int,
-    gpus_per_node: int,
-    model: GpuModel,
+    shapes: Sequence[NodeShape],
     scheduler: str = "fifo",
 ) -> list[Result]:
-    """One :class:`Result` per policy, each from a fresh pool of the same shape."""
-    return [
-        replay(tasks, make_pool(policy, nodes, gpus_per_node, model), scheduler)
-        for policy in policies
-    ]
+    """One :class:`Result` per policy, each from a fresh pool of nodes of ``shapes``."""
+    return [replay(tasks, make_pool(policy, shapes), scheduler) for policy in policies]

@@ -28,7 +28,7 @@ from slurmpool.simulate.pools import REQUEUED, Hold, NodeShape, Pool, make_pool
 from slurmpool.simulate.trace import Task
 
 SCHEDULERS = ("fifo",)
-STARTED = "started"  # what _Replay._start says besides REQUEUED and None
+STARTED = "started"  # what Replay._start says besides REQUEUED and None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +50,14 @@ class Result:
         return asdict(self)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Run:
-    """One task's run: when it started and what it held."""
+    """One task's run: when it started, what it held, and when it gave that back."""
 
     task: Task
     start: int
-    asked: int  # compute slices asked for on the node it ran on
-    slices: int  # compute slices held there
+    hold: Hold
+    end: int | None = None  # None while it runs
 
 
 def replay(tasks: Sequence[Task], pool: Pool, scheduler: str = "fifo") -> Result:
@@ -66,15 +66,18 @@ def replay(tasks: Sequence[Task], pool: Pool, scheduler: str = "fifo") -> Result
         raise ValueError(f"no scheduler {scheduler!r}; expected one of {', '.join(SCHEDULERS)}")
     for task in tasks:
         pool.check(task)
-    run = _Replay(pool)
+    run = Replay(pool)
     run.play(tasks)
     return _measure(pool.name, scheduler, pool.total_slices, run)
 
 
-class _Replay:
+class Replay:
+    """The replay of one trace through one pool: :attr:`runs` in start order and the
+    fragmentation :attr:`requeues`, once :meth:`play` returns."""
+
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        self.running: list[tuple[int, int, Hold]] = []  # (end, sequence, hold): a heap
+        self.running: list[tuple[int, int, Run]] = []  # (end, sequence, run): a heap
         self.queue: list[Task] = []
         self.runs: list[Run] = []
         self.requeues = 0
@@ -85,7 +88,9 @@ class _Replay:
             now = self._next(tasks[i].arrival if i < len(tasks) else None)
             if self.running and self.running[0][0] == now:
                 while self.running and self.running[0][0] == now:
-                    self.pool.release(heapq.heappop(self.running)[2])
+                    done = heapq.heappop(self.running)[2]
+                    self.pool.release(done.hold)
+                    done.end = now
                 self._scan(now)
             while i < len(tasks) and tasks[i].arrival == now:
                 if self._start(tasks[i], now) is not STARTED:
@@ -108,8 +113,9 @@ class _Replay:
             self.requeues += 1
             return REQUEUED
         assert isinstance(got, Hold)
-        heapq.heappush(self.running, (now + task.duration, len(self.runs), got))
-        self.runs.append(Run(task, now, got.asked, got.slices))
+        run = Run(task, now, got)
+        heapq.heappush(self.running, (now + task.duration, len(self.runs), run))
+        self.runs.append(run)
         return STARTED
 
     def _scan(self, now: int) -> None:
@@ -142,7 +148,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)])
 
 
-def _measure(policy: str, scheduler: str, total_slices: int, run: _Replay) -> Result:
+def _measure(policy: str, scheduler: str, total_slices: int, run: Replay) -> Result:
     runs = run.runs
     waits = [r.start - r.task.arrival for r in runs]
     single = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus == 1]
@@ -152,8 +158,8 @@ def _measure(policy: str, scheduler: str, total_slices: int, run: _Replay) -> Re
         makespan = max(r.start + r.task.duration for r in runs) - first
     else:
         makespan = 0
-    asked = sum(r.asked * r.task.duration for r in runs)
-    held = sum(r.slices * r.task.duration for r in runs)
+    asked = sum(r.hold.asked * r.task.duration for r in runs)
+    held = sum(r.hold.slices * r.task.duration for r in runs)
     return Result(
         policy=policy,
         scheduler=scheduler,

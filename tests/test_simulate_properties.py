@@ -1,0 +1,141 @@
+"""Invariants of the replay on random traces and pools (seeded, so a failure replays):
+every task runs once for its duration, no GPU ever holds more than it has, a task that
+arrives at an idle pool starts at once, and every MIG instance sits where the
+catalogue allows."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from slurmpool.catalogue import Catalogue
+from slurmpool.simulate.pools import POLICIES, NodeShape, make_pool
+from slurmpool.simulate.replay import Replay, Run
+from slurmpool.simulate.trace import Task
+
+SEEDS = range(40)
+EVERY_CASE = pytest.mark.parametrize(("seed", "policy"), [(s, p) for s in SEEDS for p in POLICIES])
+MODELS = ("A100-SXM4-80GB", "A30-24GB", "H100-SXM5-80GB")
+
+
+def random_case(seed: int, catalogue: Catalogue) -> tuple[list[Task], list[NodeShape]]:
+    rng = random.Random(seed)
+    shapes = [
+        NodeShape(rng.randint(2, 4), catalogue.get(rng.choice(MODELS)))
+        for _ in range(rng.randint(1, 3))
+    ]
+    most = max(s.gpus for s in shapes)
+    tasks = []
+    for n in range(rng.randint(20, 80)):
+        kind = rng.random()
+        if kind < 0.6:
+            gpus, milli = 1, rng.randint(1, 999)
+        elif kind < 0.85:
+            gpus, milli = 1, 1000
+        else:
+            gpus, milli = rng.randint(2, most), 1000
+        # Few distinct seconds, so that arrivals and completions coincide often.
+        tasks.append(
+            Task(f"t{n}", rng.randrange(0, 400, 10), rng.randrange(10, 200, 10), gpus, milli)
+        )
+    tasks.sort(key=lambda t: t.arrival)
+    return tasks, shapes
+
+
+def played(
+    seed: int, policy: str, catalogue: Catalogue
+) -> tuple[list[Task], list[NodeShape], Replay]:
+    tasks, shapes = random_case(seed, catalogue)
+    run = Replay(make_pool(policy, shapes))
+    run.play(tasks)
+    return tasks, shapes, run
+
+
+def holding(runs: list[Run], t: int) -> list[Run]:
+    """The runs holding GPUs just after second ``t`` (one ending at ``t`` gave them back)."""
+    return [r for r in runs if r.start <= t and (r.end is None or t < r.end)]
+
+
+def instants(runs: list[Run]) -> list[tuple[int, list[Run]]]:
+    """Each second at which something starts, with the runs holding GPUs just after it."""
+    return [(t, holding(runs, t)) for t in sorted({r.start for r in runs})]
+
+
+@EVERY_CASE
+def test_every_task_runs_once_for_its_duration(
+    seed: int, policy: str, catalogue: Catalogue
+) -> None:
+    tasks, _, run = played(seed, policy, catalogue)
+    assert sorted(r.task.name for r in run.runs) == sorted(t.name for t in tasks)
+    for r in run.runs:
+        assert r.start >= r.task.arrival
+        assert r.end is not None and r.end - r.start == r.task.duration
+
+
+@EVERY_CASE
+def test_no_gpu_ever_holds_more_than_it_has(seed: int, policy: str, catalogue: Catalogue) -> None:
+    _, shapes, run = played(seed, policy, catalogue)
+    for t, active in instants(run.runs):
+        used: dict[tuple[int, int], int] = defaultdict(int)
+        for r in active:
+            per_gpu = r.hold.slices // len(r.hold.gpus) if policy != "mig" else 0
+            for g in r.hold.gpus:
+                assert g < shapes[r.hold.node].gpus
+                used[r.hold.node, g] += per_gpu
+            for g, inst in r.hold.instances:
+                used[r.hold.node, g] += inst.placement.size  # memory slices, checked below
+        for (node, g), n in used.items():
+            shape = shapes[node]
+            assert shape.model.mig is not None
+            limit = shape.slices if policy != "mig" else shape.model.mig.memory_slices
+            assert n <= limit, (t, node, g, n)
+        if policy == "whole":
+            held = [(r.hold.node, g) for r in active for g in r.hold.gpus]
+            assert len(held) == len(set(held)), t  # a GPU is one task's
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mig_instances_sit_where_the_catalogue_allows_and_never_overlap(
+    seed: int, catalogue: Catalogue
+) -> None:
+    _, shapes, run = played(seed, "mig", catalogue)
+    for t, active in instants(run.runs):
+        masks: dict[tuple[int, int], int] = defaultdict(int)
+        units: dict[int, int] = defaultdict(int)
+        for r in active:
+            model = shapes[r.hold.node].model
+            units[r.hold.node] += r.hold.units
+            for g, inst in r.hold.instances:
+                profile = model.gi_profile(inst.profile)
+                pl = inst.placement
+                assert (pl.start, pl.size) in profile.placements, (t, inst)
+                key = (r.hold.node, g)
+                assert not masks[key] & pl.mask, (t, key, inst)
+                masks[key] |= pl.mask
+        for node, n in units.items():
+            assert n <= shapes[node].gpus * shapes[node].slices  # Slurm's count
+
+
+@EVERY_CASE
+def test_a_task_arriving_at_an_idle_pool_starts_at_once(
+    seed: int, policy: str, catalogue: Catalogue
+) -> None:
+    _, _, run = played(seed, policy, catalogue)
+    for r in run.runs:
+        if all(o is r for o in holding(run.runs, r.task.arrival)):  # nothing else running
+            assert r.start == r.task.arrival, r.task
+
+
+# Not mig: Slurm counts units, so it keeps starting tasks on the first node whose count
+# fits even when its slices are fragmented and every other node is empty (README).
+@pytest.mark.parametrize("policy", ["whole", "fluid"])
+@pytest.mark.parametrize("seed", range(10))
+def test_on_a_pool_big_enough_nobody_waits(seed: int, policy: str, catalogue: Catalogue) -> None:
+    tasks, shapes = random_case(seed, catalogue)
+    big = shapes * len(tasks)  # a node of its own for every task
+    run = Replay(make_pool(policy, big))
+    run.play(tasks)
+    assert all(r.start == r.task.arrival for r in run.runs)
+    assert run.requeues == 0

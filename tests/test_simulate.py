@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from slurmpool.catalogue import Catalogue
 from slurmpool.cli import main
 from slurmpool.simulate.pools import NodeShape, PoolError, make_pool, uniform
-from slurmpool.simulate.replay import Result, percentile, replay
+from slurmpool.simulate.replay import Replay, Result, percentile, replay
 from slurmpool.simulate.trace import Task, TraceError, parse_openb, read_openb
 
 A100 = "A100-SXM4-80GB"
@@ -23,8 +23,16 @@ def task(name: str, arrival: int, duration: int, gpus: int = 1, milli: int = 100
     return Task(name, arrival, duration, gpus, milli)
 
 
-def run(catalogue: Catalogue, policy: str, tasks: list[Task], nodes: int, gpus: int) -> Result:
-    return replay(tasks, make_pool(policy, uniform(nodes, gpus, catalogue.get(A100))))
+def run(
+    catalogue: Catalogue,
+    policy: str,
+    tasks: list[Task],
+    nodes: int,
+    gpus: int,
+    scheduler: str = "fifo",
+) -> Result:
+    pool = make_pool(policy, uniform(nodes, gpus, catalogue.get(A100)))
+    return replay(tasks, pool, scheduler)
 
 
 def waits(catalogue: Catalogue, policy: str, tasks: list[Task], nodes: int, gpus: int) -> float:
@@ -106,6 +114,34 @@ def test_a_multi_gpu_task_needs_its_gpus_on_one_node(catalogue: Catalogue) -> No
     assert waits(catalogue, "whole", spread, 2, 2) == 50
 
 
+def waits_of(catalogue: Catalogue, tasks: list[Task], scheduler: str) -> list[int]:
+    pool = make_pool("whole", uniform(1, 2, catalogue.get(A100)))
+    replayed = Replay(pool, scheduler)
+    replayed.play(tasks)
+    return [r.start - r.task.arrival for r in sorted(replayed.runs, key=lambda r: r.task.name)]
+
+
+def test_backfill_keeps_the_head_of_the_queue_from_starving(catalogue: Catalogue) -> None:
+    """b (both GPUs) waits for a.  c ends before a does, so it backfills; d would still
+    run when a ends, so under backfill it waits behind b instead of delaying it."""
+    tasks = [task("a", 0, 100), task("b", 1, 10, gpus=2), task("c", 2, 50), task("d", 3, 200)]
+    # fifo: c starts at 2, d when c ends (52), b only once d ends (252).
+    assert waits_of(catalogue, tasks, "fifo") == [0, 251, 0, 49]
+    # backfill: b holds a reservation at 100; d starts when b ends, at 110.
+    assert waits_of(catalogue, tasks, "backfill") == [0, 99, 0, 107]
+
+
+def test_backfill_trusts_limits_not_durations(catalogue: Catalogue) -> None:
+    """Limits twice the durations: b's reservation is at a's limit, 200 (a really ends
+    at 100 and b starts then); c's limit ends at 102, before 200, so c backfills."""
+    tasks = [task("a", 0, 100), task("b", 1, 10, gpus=2), task("c", 2, 50)]
+    pool = make_pool("whole", uniform(1, 2, catalogue.get(A100)))
+    replayed = Replay(pool, "backfill", limit_factor=2)
+    replayed.play(tasks)
+    starts = {r.task.name: r.start for r in replayed.runs}
+    assert starts == {"a": 0, "b": 100, "c": 2}
+
+
 def test_the_mig_pool_requeues_when_slurms_count_fits_but_the_slices_do_not(
     catalogue: Catalogue,
 ) -> None:
@@ -169,6 +205,16 @@ def test_the_command_prints_one_row_per_policy(trace: Path) -> None:
     assert lines[3].split()[-1] == "1"  # mig's fragmentation requeue
 
 
+def test_the_command_with_backfill(trace: Path) -> None:
+    args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
+    more = ["--model", A100, "--scheduler", "backfill", "--limit-factor", "1.5", "--json"]
+    result = CliRunner().invoke(main, [*args, *more])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert (data["scheduler"], data["limit_factor"]) == ("backfill", 1.5)
+    assert [r["scheduler"] for r in data["results"]] == ["backfill"] * 3
+
+
 def test_the_command_in_json(trace: Path) -> None:
     args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
     result = CliRunner().invoke(main, [*args, "--model", A100, "--compare", "mig", "--json"])
@@ -176,6 +222,7 @@ def test_the_command_in_json(trace: Path) -> None:
     data = json.loads(result.output)
     assert data["scheduler"] == "fifo"
     assert data["pool"] == [{"nodes": 1, "gpus": 1, "model": A100}]
+    assert data["limit_factor"] == 1.0
     [mig] = data["results"]
     assert mig["policy"] == "mig" and mig["tasks"] == 3 and mig["frag_requeues"] == 1
     for key in ("wait_mean_s", "wait_p95_s", "wait_mean_multi_s", "util"):
@@ -188,6 +235,8 @@ def test_the_command_in_json(trace: Path) -> None:
         (["--compare", "whole,best"], "--compare 'whole,best': best; expected some of"),
         (["--model", "L40S-48GB"], "L40S-48GB has no MIG"),
         (["--gpus-per-node", "0"], "0 is not in the range x>=1"),
+        (["--limit-factor", "0.5"], "0.5 is not in the range x>=1"),
+        (["--scheduler", "sjf"], "'sjf' is not one of 'fifo', 'backfill'"),
     ],
 )
 def test_the_command_names_what_is_wrong(trace: Path, more: list[str], message: str) -> None:

@@ -12,11 +12,14 @@ import pytest
 
 from slurmpool.catalogue import Catalogue
 from slurmpool.simulate.pools import POLICIES, NodeShape, make_pool
-from slurmpool.simulate.replay import Replay, Run
+from slurmpool.simulate.replay import SCHEDULERS, Replay, Run
 from slurmpool.simulate.trace import Task
 
 SEEDS = range(40)
-EVERY_CASE = pytest.mark.parametrize(("seed", "policy"), [(s, p) for s in SEEDS for p in POLICIES])
+EVERY_CASE = pytest.mark.parametrize(
+    ("seed", "policy", "scheduler"),
+    [(s, p, k) for s in SEEDS for p in POLICIES for k in SCHEDULERS],
+)
 MODELS = ("A100-SXM4-80GB", "A30-24GB", "H100-SXM5-80GB")
 
 
@@ -45,10 +48,10 @@ def random_case(seed: int, catalogue: Catalogue) -> tuple[list[Task], list[NodeS
 
 
 def played(
-    seed: int, policy: str, catalogue: Catalogue
+    seed: int, policy: str, catalogue: Catalogue, scheduler: str = "fifo"
 ) -> tuple[list[Task], list[NodeShape], Replay]:
     tasks, shapes = random_case(seed, catalogue)
-    run = Replay(make_pool(policy, shapes))
+    run = Replay(make_pool(policy, shapes), scheduler)
     run.play(tasks)
     return tasks, shapes, run
 
@@ -65,9 +68,9 @@ def instants(runs: list[Run]) -> list[tuple[int, list[Run]]]:
 
 @EVERY_CASE
 def test_every_task_runs_once_for_its_duration(
-    seed: int, policy: str, catalogue: Catalogue
+    seed: int, policy: str, scheduler: str, catalogue: Catalogue
 ) -> None:
-    tasks, _, run = played(seed, policy, catalogue)
+    tasks, _, run = played(seed, policy, catalogue, scheduler)
     assert sorted(r.task.name for r in run.runs) == sorted(t.name for t in tasks)
     for r in run.runs:
         assert r.start >= r.task.arrival
@@ -75,8 +78,10 @@ def test_every_task_runs_once_for_its_duration(
 
 
 @EVERY_CASE
-def test_no_gpu_ever_holds_more_than_it_has(seed: int, policy: str, catalogue: Catalogue) -> None:
-    _, shapes, run = played(seed, policy, catalogue)
+def test_no_gpu_ever_holds_more_than_it_has(
+    seed: int, policy: str, scheduler: str, catalogue: Catalogue
+) -> None:
+    _, shapes, run = played(seed, policy, catalogue, scheduler)
     for t, active in instants(run.runs):
         used: dict[tuple[int, int], int] = defaultdict(int)
         for r in active:
@@ -96,11 +101,12 @@ def test_no_gpu_ever_holds_more_than_it_has(seed: int, policy: str, catalogue: C
             assert len(held) == len(set(held)), t  # a GPU is one task's
 
 
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_mig_instances_sit_where_the_catalogue_allows_and_never_overlap(
-    seed: int, catalogue: Catalogue
+    seed: int, scheduler: str, catalogue: Catalogue
 ) -> None:
-    _, shapes, run = played(seed, "mig", catalogue)
+    _, shapes, run = played(seed, "mig", catalogue, scheduler)
     for t, active in instants(run.runs):
         masks: dict[tuple[int, int], int] = defaultdict(int)
         units: dict[int, int] = defaultdict(int)
@@ -120,9 +126,9 @@ def test_mig_instances_sit_where_the_catalogue_allows_and_never_overlap(
 
 @EVERY_CASE
 def test_a_task_arriving_at_an_idle_pool_starts_at_once(
-    seed: int, policy: str, catalogue: Catalogue
+    seed: int, policy: str, scheduler: str, catalogue: Catalogue
 ) -> None:
-    _, _, run = played(seed, policy, catalogue)
+    _, _, run = played(seed, policy, catalogue, scheduler)
     for r in run.runs:
         if all(o is r for o in holding(run.runs, r.task.arrival)):  # nothing else running
             assert r.start == r.task.arrival, r.task
@@ -130,12 +136,15 @@ def test_a_task_arriving_at_an_idle_pool_starts_at_once(
 
 # Not mig: Slurm counts units, so it keeps starting tasks on the first node whose count
 # fits even when its slices are fragmented and every other node is empty (README).
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("policy", ["whole", "fluid"])
 @pytest.mark.parametrize("seed", range(10))
-def test_on_a_pool_big_enough_nobody_waits(seed: int, policy: str, catalogue: Catalogue) -> None:
+def test_on_a_pool_big_enough_nobody_waits(
+    seed: int, policy: str, scheduler: str, catalogue: Catalogue
+) -> None:
     tasks, shapes = random_case(seed, catalogue)
     big = shapes * len(tasks)  # a node of its own for every task
-    run = Replay(make_pool(policy, big))
+    run = Replay(make_pool(policy, big), scheduler)
     run.play(tasks)
     assert all(r.start == r.task.arrival for r in run.runs)
     assert run.requeues == 0

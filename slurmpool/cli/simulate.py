@@ -51,10 +51,17 @@ def _hours(seconds: float) -> str:
 )
 @click.option(
     "--scheduler",
-    type=click.Choice(["fifo"]),
+    type=click.Choice(["fifo", "backfill"]),
     default="fifo",
     show_default=True,
     help="How waiting tasks start (see the README).",
+)
+@click.option(
+    "--limit-factor",
+    type=click.FloatRange(min=1),
+    default=1.0,
+    show_default=True,
+    help="backfill: a task's time limit is its duration times this.",
 )
 @json_option("the figures")
 def simulate(
@@ -66,6 +73,7 @@ def simulate(
     variables: Mapping[str, str],
     policies: str,
     scheduler: str,
+    limit_factor: float,
     as_json: bool,
 ) -> None:
     """Replay a trace's GPU tasks on a modelled pool under each pooling policy and
@@ -93,7 +101,7 @@ def simulate(
     try:
         shapes = _shapes(nodes, gpus_per_node, model, policy_path, variables)
         tasks = read_openb(trace_path)
-        results = compare(tasks, wanted, shapes, scheduler)
+        results = compare(tasks, wanted, shapes, scheduler, limit_factor)
     except (CatalogueError, TraceError, PoolError) as e:
         usage_error(str(e))
     pool = _describe(shapes)
@@ -103,6 +111,7 @@ def simulate(
                 "trace": trace_path,
                 "pool": pool,
                 "scheduler": scheduler,
+                "limit_factor": limit_factor,
                 "results": [r.to_json() for r in results],
             }
         )

@@ -23,6 +23,7 @@ started it and the prolog sent it back).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol
@@ -93,6 +94,14 @@ class Pool(Protocol):
 
     def release(self, hold: Hold) -> None: ...
 
+    def occupy(self, hold: Hold) -> None:
+        """Take what ``hold`` holds (free here), as :meth:`try_start` does when it places."""
+        ...
+
+    def clone(self) -> Pool:
+        """A copy to try things on (a backfill reservation) without touching this one."""
+        ...
+
 
 class _Nodes:
     """What every pool knows of its nodes."""
@@ -143,16 +152,26 @@ class WholePool(_Nodes):
     def try_start(self, task: Task) -> Hold | None:
         for node, mask in enumerate(self.empty):
             if mask.bit_count() >= task.gpus:
-                gpus = _lowest(mask, task.gpus)
-                for g in gpus:
-                    self.empty[node] &= ~(1 << g)
                 shape = self.shapes[node]
-                return Hold(node, gpus, shape.demand(task), task.gpus * shape.slices)
+                hold = Hold(
+                    node, _lowest(mask, task.gpus), shape.demand(task), task.gpus * shape.slices
+                )
+                self.occupy(hold)
+                return hold
         return None
+
+    def occupy(self, hold: Hold) -> None:
+        for g in hold.gpus:
+            self.empty[hold.node] &= ~(1 << g)
 
     def release(self, hold: Hold) -> None:
         for g in hold.gpus:
             self.empty[hold.node] |= 1 << g
+
+    def clone(self) -> WholePool:
+        other = copy.copy(self)
+        other.empty = list(self.empty)
+        return other
 
 
 class FluidPool(_Nodes):
@@ -174,8 +193,9 @@ class FluidPool(_Nodes):
                 return None
             _, node, g = best
             need = self.shapes[node].demand(task)
-            self.free[node][g] -= need
-            return Hold(node, (g,), need, need)
+            hold = Hold(node, (g,), need, need)
+            self.occupy(hold)
+            return hold
         choice: tuple[int, int] | None = None  # (empty GPUs, node)
         for node, gpus in enumerate(self.free):
             full = self.shapes[node].slices
@@ -187,14 +207,24 @@ class FluidPool(_Nodes):
         node = choice[1]
         full = self.shapes[node].slices
         taken = tuple(g for g, free in enumerate(self.free[node]) if free == full)[: task.gpus]
-        for g in taken:
-            self.free[node][g] = 0
-        return Hold(node, taken, task.gpus * full, task.gpus * full)
+        hold = Hold(node, taken, task.gpus * full, task.gpus * full)
+        self.occupy(hold)
+        return hold
+
+    def occupy(self, hold: Hold) -> None:
+        per_gpu = hold.slices // len(hold.gpus)
+        for g in hold.gpus:
+            self.free[hold.node][g] -= per_gpu
 
     def release(self, hold: Hold) -> None:
         per_gpu = hold.slices // len(hold.gpus)
         for g in hold.gpus:
             self.free[hold.node][g] += per_gpu
+
+    def clone(self) -> FluidPool:
+        other = copy.copy(self)
+        other.free = [list(gpus) for gpus in self.free]
+        return other
 
 
 class MigPool(_Nodes):
@@ -232,18 +262,21 @@ class MigPool(_Nodes):
         choices = plan_instances(self.gpus[node], profiles)
         if choices is None:
             return REQUEUED  # Slurm's count fitted; the node's slices are fragmented
-        placed = []
-        for profile, choice in zip(profiles, choices, strict=True):
-            inst = PlacedInstance(profile, choice.placement)
-            gpu = self.gpus[node][choice.gpu_index]
-            self.gpus[node][choice.gpu_index] = GpuOccupancy(
-                gpu.index, gpu.model, (*gpu.instances, inst)
-            )
-            placed.append((choice.gpu_index, inst))
-        self.units[node] -= units
+        placed = tuple(
+            (choice.gpu_index, PlacedInstance(profile, choice.placement))
+            for profile, choice in zip(profiles, choices, strict=True)
+        )
         slices = sum(shape.model.gi_profile(p).slices for p in profiles)
         gpus = tuple(dict.fromkeys(g for g, _ in placed))
-        return Hold(node, gpus, shape.demand(task), slices, units, tuple(placed))
+        hold = Hold(node, gpus, shape.demand(task), slices, units, placed)
+        self.occupy(hold)
+        return hold
+
+    def occupy(self, hold: Hold) -> None:
+        self.units[hold.node] -= hold.units
+        for g, inst in hold.instances:
+            gpu = self.gpus[hold.node][g]
+            self.gpus[hold.node][g] = GpuOccupancy(gpu.index, gpu.model, (*gpu.instances, inst))
 
     def release(self, hold: Hold) -> None:
         self.units[hold.node] += hold.units
@@ -252,6 +285,12 @@ class MigPool(_Nodes):
             left = list(gpu.instances)
             left.remove(inst)
             self.gpus[hold.node][g] = GpuOccupancy(gpu.index, gpu.model, tuple(left))
+
+    def clone(self) -> MigPool:
+        other = copy.copy(self)  # shares the rounding tables and caches
+        other.units = list(self.units)
+        other.gpus = [list(gpus) for gpus in self.gpus]
+        return other
 
 
 POOLS: dict[str, type[WholePool] | type[FluidPool] | type[MigPool]] = {

@@ -10,6 +10,15 @@ Scheduler ``fifo``, defined so that results compare with published replays:
 * a task the ``mig`` pool requeues (Slurm started it on fragmented slices)
   stays in its place in the queue and is tried again at the next scan.
 
+Scheduler ``backfill``, as Slurm's backfill does it with one reservation
+(EASY): at every second something ends or arrives, queued tasks start in
+order while they fit; the first that does not holds a reservation at the
+earliest second it would fit, found by giving back what runs in order of
+its time limit.  A later task starts now only if it fits now and ends (by
+its limit) before that second, or also fits beside the reserved task in the
+pool as it will be then.  A task's time limit is its duration times
+``--limit-factor`` (1: users who know exactly how long they run).
+
 Figures: the mean and 95th-percentile wait (start - arrival), the mean wait of
 single- and multi-GPU tasks, the compute slice-hours asked for and allocated
 (a 5-slice task holds a 7g instance under ``mig``, a whole GPU under
@@ -27,7 +36,7 @@ from dataclasses import asdict, dataclass
 from slurmpool.simulate.pools import REQUEUED, Hold, NodeShape, Pool, make_pool
 from slurmpool.simulate.trace import Task
 
-SCHEDULERS = ("fifo",)
+SCHEDULERS = ("fifo", "backfill")
 STARTED = "started"  # what Replay._start says besides REQUEUED and None
 
 
@@ -60,13 +69,13 @@ class Run:
     end: int | None = None  # None while it runs
 
 
-def replay(tasks: Sequence[Task], pool: Pool, scheduler: str = "fifo") -> Result:
+def replay(
+    tasks: Sequence[Task], pool: Pool, scheduler: str = "fifo", limit_factor: float = 1.0
+) -> Result:
     """Run ``tasks`` (in arrival order) through ``pool`` and measure the waits."""
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"no scheduler {scheduler!r}; expected one of {', '.join(SCHEDULERS)}")
     for task in tasks:
         pool.check(task)
-    run = Replay(pool)
+    run = Replay(pool, scheduler, limit_factor)
     run.play(tasks)
     return _measure(pool.name, scheduler, pool.total_slices, run)
 
@@ -75,8 +84,17 @@ class Replay:
     """The replay of one trace through one pool: :attr:`runs` in start order and the
     fragmentation :attr:`requeues`, once :meth:`play` returns."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, scheduler: str = "fifo", limit_factor: float = 1.0) -> None:
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"no scheduler {scheduler!r}; expected one of {', '.join(SCHEDULERS)}")
+        if limit_factor < 1:
+            raise ValueError(
+                f"a time limit factor of {limit_factor:g}: expected 1 or more (a task runs "
+                "its whole duration, so its limit is at least that)"
+            )
         self.pool = pool
+        self.backfill = scheduler == "backfill"
+        self.limit_factor = limit_factor
         self.running: list[tuple[int, int, Run]] = []  # (end, sequence, run): a heap
         self.queue: list[Task] = []
         self.runs: list[Run] = []
@@ -86,11 +104,19 @@ class Replay:
         i = 0
         while i < len(tasks) or self.running:
             now = self._next(tasks[i].arrival if i < len(tasks) else None)
-            if self.running and self.running[0][0] == now:
-                while self.running and self.running[0][0] == now:
-                    done = heapq.heappop(self.running)[2]
-                    self.pool.release(done.hold)
-                    done.end = now
+            ended = False
+            while self.running and self.running[0][0] == now:
+                done = heapq.heappop(self.running)[2]
+                self.pool.release(done.hold)
+                done.end = now
+                ended = True
+            if self.backfill:
+                while i < len(tasks) and tasks[i].arrival == now:
+                    self.queue.append(tasks[i])
+                    i += 1
+                self._backfill(now)
+                continue
+            if ended:
                 self._scan(now)
             while i < len(tasks) and tasks[i].arrival == now:
                 if self._start(tasks[i], now) is not STARTED:
@@ -134,6 +160,62 @@ class Replay:
             if outcome is not STARTED:
                 left.append(task)
         self.queue = left
+
+    # -- backfill --
+
+    def limit(self, task: Task) -> int:
+        """The task's time limit: what a scheduler believes it may run."""
+        return math.ceil(task.duration * self.limit_factor)
+
+    def _backfill(self, now: int) -> None:
+        while self.queue and self._start(self.queue[0], now) is STARTED:
+            self.queue.pop(0)
+        if len(self.queue) < 2:
+            return
+        head = self.queue[0]
+        shadow, then = self._reserve(head)
+        left = [head]
+        refused: set[tuple[int, int]] = set()
+        for task in self.queue[1:]:
+            key = (task.gpus, task.milli)
+            if key in refused:
+                left.append(task)
+                continue
+            trial = self.pool.clone().try_start(task)
+            if trial is None:
+                refused.add(key)
+            elif isinstance(trial, Hold) and now + self.limit(task) > shadow:
+                # Still running at the reserved second: the head must fit beside it then.
+                if then is None or not _fits_beside(then, trial, head):
+                    left.append(task)
+                    continue
+                then.occupy(trial)
+            if trial is None or self._start(task, now) is not STARTED:
+                left.append(task)  # a requeue was counted by _start
+        self.queue = left
+
+    def _reserve(self, head: Task) -> tuple[float, Pool | None]:
+        """The earliest second ``head`` fits if what runs ends at its limit, and the pool
+        as it would be then, without ``head`` (None: never; only a task bigger than
+        every node, which :meth:`Pool.check` refuses, could get that)."""
+        then = self.pool.clone()
+        ends = sorted((r.start + self.limit(r.task), seq, r) for _, seq, r in self.running)
+        k = 0
+        while k < len(ends):
+            second = ends[k][0]
+            while k < len(ends) and ends[k][0] == second:
+                then.release(ends[k][2].hold)
+                k += 1
+            if isinstance(then.clone().try_start(head), Hold):
+                return second, then
+        return math.inf, None
+
+
+def _fits_beside(then: Pool, hold: Hold, head: Task) -> bool:
+    """Whether ``head`` fits in ``then`` once ``hold`` is taken there too."""
+    trial = then.clone()
+    trial.occupy(hold)
+    return isinstance(trial.try_start(head), Hold)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -181,6 +263,9 @@ def compare(
     policies: Sequence[str],
     shapes: Sequence[NodeShape],
     scheduler: str = "fifo",
+    limit_factor: float = 1.0,
 ) -> list[Result]:
     """One :class:`Result` per policy, each from a fresh pool of nodes of ``shapes``."""
-    return [replay(tasks, make_pool(policy, shapes), scheduler) for policy in policies]
+    return [
+        replay(tasks, make_pool(policy, shapes), scheduler, limit_factor) for policy in policies
+    ]

@@ -30,9 +30,10 @@ def run(
     nodes: int,
     gpus: int,
     scheduler: str = "fifo",
+    requeue_delay: int = 0,
 ) -> Result:
     pool = make_pool(policy, uniform(nodes, gpus, catalogue.get(A100)))
-    return replay(tasks, pool, scheduler)
+    return replay(tasks, pool, scheduler, requeue_delay=requeue_delay)
 
 
 def waits(catalogue: Catalogue, policy: str, tasks: list[Task], nodes: int, gpus: int) -> float:
@@ -155,6 +156,22 @@ def test_the_mig_pool_requeues_when_slurms_count_fits_but_the_slices_do_not(
     assert run(catalogue, "fluid", tasks, 1, 1).wait_mean_s == 0  # no geometry, no wait
 
 
+@pytest.mark.parametrize("scheduler", ["fifo", "backfill"])
+def test_a_requeued_task_waits_slurms_delay_before_it_starts_again(
+    catalogue: Catalogue, scheduler: str
+) -> None:
+    """As above, but Slurm holds a requeued job back for the credential lifetime: c,
+    requeued at 1, may start again at 121 (a and b ended at 100)."""
+    tasks = [task("a", 0, 100, milli=400), task("b", 0, 100, milli=400)]
+    tasks.append(task("c", 1, 10, milli=100))
+    result = run(catalogue, "mig", tasks, 1, 1, scheduler, requeue_delay=120)
+    assert (result.frag_requeues, result.wait_mean_s * 3) == (1, 120)
+    # Requeued again while it is held back: a and b run until 200; c tries at 121.
+    longer = [task("a", 0, 200, milli=400), task("b", 0, 200, milli=400), tasks[2]]
+    result = run(catalogue, "mig", longer, 1, 1, scheduler, requeue_delay=120)
+    assert (result.frag_requeues, result.wait_mean_s * 3) == (2, 240)
+
+
 def test_mig_holds_what_the_rounding_carves(catalogue: Catalogue) -> None:
     # 5 slices asked (milli 700), a 7g instance held: vgpu:5 rounds up to vgpu:7.
     result = run(catalogue, "mig", [task("a", 0, 3600, milli=700)], 1, 1)
@@ -222,7 +239,7 @@ def test_the_command_in_json(trace: Path) -> None:
     data = json.loads(result.output)
     assert data["scheduler"] == "fifo"
     assert data["pool"] == [{"nodes": 1, "gpus": 1, "model": A100}]
-    assert data["limit_factor"] == 1.0
+    assert (data["limit_factor"], data["requeue_delay_s"]) == (1.0, 120)
     [mig] = data["results"]
     assert mig["policy"] == "mig" and mig["tasks"] == 3 and mig["frag_requeues"] == 1
     for key in ("wait_mean_s", "wait_p95_s", "wait_mean_multi_s", "util"):
@@ -236,6 +253,7 @@ def test_the_command_in_json(trace: Path) -> None:
         (["--model", "L40S-48GB"], "L40S-48GB has no MIG"),
         (["--gpus-per-node", "0"], "0 is not in the range x>=1"),
         (["--limit-factor", "0.5"], "0.5 is not in the range x>=1"),
+        (["--requeue-delay", "-1"], "-1 is not in the range x>=0"),
         (["--scheduler", "sjf"], "'sjf' is not one of 'fifo', 'backfill'"),
     ],
 )

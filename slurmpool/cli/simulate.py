@@ -63,6 +63,14 @@ def _hours(seconds: float) -> str:
     show_default=True,
     help="backfill: a task's time limit is its duration times this.",
 )
+@click.option(
+    "--requeue-delay",
+    type=click.IntRange(min=0),
+    default=120,
+    show_default=True,
+    help="Seconds before a task the prolog requeued may start again (Slurm's credential "
+    "lifetime, 120 s unless AuthInfo=cred_expire sets another).",
+)
 @json_option("the figures")
 def simulate(
     trace_path: str,
@@ -74,6 +82,7 @@ def simulate(
     policies: str,
     scheduler: str,
     limit_factor: float,
+    requeue_delay: int,
     as_json: bool,
 ) -> None:
     """Replay a trace's GPU tasks on a modelled pool under each pooling policy and
@@ -101,7 +110,7 @@ def simulate(
     try:
         shapes = _shapes(nodes, gpus_per_node, model, policy_path, variables)
         tasks = read_openb(trace_path)
-        results = compare(tasks, wanted, shapes, scheduler, limit_factor)
+        results = compare(tasks, wanted, shapes, scheduler, limit_factor, requeue_delay)
     except (CatalogueError, TraceError, PoolError) as e:
         usage_error(str(e))
     pool = _describe(shapes)
@@ -112,6 +121,7 @@ def simulate(
                 "pool": pool,
                 "scheduler": scheduler,
                 "limit_factor": limit_factor,
+                "requeue_delay_s": requeue_delay,
                 "results": [r.to_json() for r in results],
             }
         )

@@ -8,7 +8,9 @@ Scheduler ``fifo``, defined so that results compare with published replays:
 * after every batch of completions (all those of one second) the queue is
   scanned in order and every task that fits starts;
 * a task the ``mig`` pool requeues (Slurm started it on fragmented slices)
-  stays in its place in the queue and is tried again at the next scan.
+  stays in its place in the queue and may start again ``requeue_delay``
+  seconds later (:data:`REQUEUE_DELAY_S`, what Slurm waits), when the queue is
+  scanned again; with no delay, at the next scan.
 
 Scheduler ``backfill``, as Slurm's backfill does it with one reservation
 (EASY): at every second something ends or arrives, queued tasks start in
@@ -37,6 +39,10 @@ from slurmpool.simulate.pools import REQUEUED, Hold, NodeShape, Pool, make_pool
 from slurmpool.simulate.trace import Task
 
 SCHEDULERS = ("fifo", "backfill")
+# How long a task the prolog requeued waits before Slurm may start it again: the
+# credential lifetime, about 120 s by default (measured on 22.05, 24.11 and 26.05:
+# SLURM_FACTS.md, "The wait before a requeued job runs again").
+REQUEUE_DELAY_S = 120
 STARTED = "started"  # what Replay._start says besides REQUEUED and None
 
 
@@ -70,12 +76,16 @@ class Run:
 
 
 def replay(
-    tasks: Sequence[Task], pool: Pool, scheduler: str = "fifo", limit_factor: float = 1.0
+    tasks: Sequence[Task],
+    pool: Pool,
+    scheduler: str = "fifo",
+    limit_factor: float = 1.0,
+    requeue_delay: int = REQUEUE_DELAY_S,
 ) -> Result:
     """Run ``tasks`` (in arrival order) through ``pool`` and measure the waits."""
     for task in tasks:
         pool.check(task)
-    run = Replay(pool, scheduler, limit_factor)
+    run = Replay(pool, scheduler, limit_factor, requeue_delay)
     run.play(tasks)
     return _measure(pool.name, scheduler, pool.total_slices, run)
 
@@ -84,7 +94,13 @@ class Replay:
     """The replay of one trace through one pool: :attr:`runs` in start order and the
     fragmentation :attr:`requeues`, once :meth:`play` returns."""
 
-    def __init__(self, pool: Pool, scheduler: str = "fifo", limit_factor: float = 1.0) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        scheduler: str = "fifo",
+        limit_factor: float = 1.0,
+        requeue_delay: int = REQUEUE_DELAY_S,
+    ) -> None:
         if scheduler not in SCHEDULERS:
             raise ValueError(f"no scheduler {scheduler!r}; expected one of {', '.join(SCHEDULERS)}")
         if limit_factor < 1:
@@ -92,9 +108,18 @@ class Replay:
                 f"a time limit factor of {limit_factor:g}: expected 1 or more (a task runs "
                 "its whole duration, so its limit is at least that)"
             )
+        if requeue_delay < 0:
+            raise ValueError(f"a requeue delay of {requeue_delay} s: expected 0 or more")
         self.pool = pool
         self.backfill = scheduler == "backfill"
         self.limit_factor = limit_factor
+        self.requeue_delay = requeue_delay
+        self.held: dict[Task, int] = {}  # a requeued task -> the second it may start again
+        self.due: dict[int, list[Task]] = {}  # that second -> the tasks held until then
+        self.wakeups: list[int] = []  # those seconds: a heap
+        self.order: dict[Task, int] = {}  # a task -> its place in the trace
+        # The standing backfill reservation: (head, its second, the pool then).
+        self.reservation: tuple[Task | None, float, Pool | None] = (None, math.inf, None)
         self.running: list[tuple[int, int, Run]] = []  # (end, sequence, run): a heap
         self.queue: list[Task] = []
         self.runs: list[Run] = []
@@ -102,34 +127,51 @@ class Replay:
 
     def play(self, tasks: Sequence[Task]) -> None:
         i = 0
-        while i < len(tasks) or self.running:
+        while i < len(tasks) or self.running or self.wakeups:
             now = self._next(tasks[i].arrival if i < len(tasks) else None)
+            due: list[Task] = []
+            if self.wakeups and self.wakeups[0] == now:
+                heapq.heappop(self.wakeups)
+                due = self.due.pop(now)
             ended = False
             while self.running and self.running[0][0] == now:
                 done = heapq.heappop(self.running)[2]
                 self.pool.release(done.hold)
                 done.end = now
                 ended = True
+            arrived = i < len(tasks) and tasks[i].arrival == now
             if self.backfill:
                 while i < len(tasks) and tasks[i].arrival == now:
+                    self.order[tasks[i]] = i
                     self.queue.append(tasks[i])
                     i += 1
-                self._backfill(now)
+                if ended or arrived:
+                    self._backfill(now)
+                elif due:
+                    self._retry(due, now)
                 continue
             if ended:
                 self._scan(now)
+            elif due:
+                self._retry(due, now)
             while i < len(tasks) and tasks[i].arrival == now:
+                self.order[tasks[i]] = i
                 if self._start(tasks[i], now) is not STARTED:
                     self.queue.append(tasks[i])
                 i += 1
 
     def _next(self, arrival: int | None) -> int:
-        """The second of the next event: a completion or an arrival, whichever is first."""
-        end = self.running[0][0] if self.running else None
-        if end is None or (arrival is not None and arrival < end):
-            assert arrival is not None
-            return arrival
-        return end
+        """The second of the next event: a completion, an arrival or a requeued task
+        becoming eligible again, whichever is first."""
+        return min(
+            t
+            for t in (
+                arrival,
+                self.running[0][0] if self.running else None,
+                self.wakeups[0] if self.wakeups else None,
+            )
+            if t is not None
+        )
 
     def _start(self, task: Task, now: int) -> str | None:
         got = self.pool.try_start(task)
@@ -137,12 +179,37 @@ class Replay:
             return None
         if got == REQUEUED:
             self.requeues += 1
+            if self.requeue_delay:
+                again = now + self.requeue_delay
+                self.held[task] = again
+                if again not in self.due:
+                    self.due[again] = []
+                    heapq.heappush(self.wakeups, again)
+                self.due[again].append(task)
             return REQUEUED
         assert isinstance(got, Hold)
         run = Run(task, now, got)
         heapq.heappush(self.running, (now + task.duration, len(self.runs), run))
         self.runs.append(run)
         return STARTED
+
+    def _retry(self, due: list[Task], now: int) -> None:
+        """Try the requeued tasks that may start again now, in queue order, when nothing
+        else changed since the last scan (what did not fit then still does not).  Under
+        backfill they are held to the standing reservation."""
+        started = set()
+        for task in sorted(due, key=self.order.__getitem__):
+            if self.held.get(task) != now:
+                continue  # started, or requeued again, since
+            head, shadow, then = self.reservation
+            if self.backfill and head is not None:
+                ok = self._backfills(task, now, head, shadow, then)
+            else:
+                ok = self._start(task, now) is STARTED
+            if ok:
+                started.add(task)
+        if started:
+            self.queue = [t for t in self.queue if t not in started]
 
     def _scan(self, now: int) -> None:
         """Start every queued task that fits, in order.  A demand that did not fit is not
@@ -151,7 +218,7 @@ class Replay:
         refused: set[tuple[int, int]] = set()
         for task in self.queue:
             key = (task.gpus, task.milli)
-            if key in refused:
+            if key in refused or self.held.get(task, 0) > now:
                 left.append(task)
                 continue
             outcome = self._start(task, now)
@@ -168,31 +235,44 @@ class Replay:
         return math.ceil(task.duration * self.limit_factor)
 
     def _backfill(self, now: int) -> None:
-        while self.queue and self._start(self.queue[0], now) is STARTED:
-            self.queue.pop(0)
-        if len(self.queue) < 2:
-            return
-        head = self.queue[0]
-        shadow, then = self._reserve(head)
-        left = [head]
+        left: list[Task] = []
+        head: Task | None = None  # the first task that does not fit: it holds the reservation
+        shadow: float = math.inf
+        then: Pool | None = None
         refused: set[tuple[int, int]] = set()
-        for task in self.queue[1:]:
+        for task in self.queue:
             key = (task.gpus, task.milli)
-            if key in refused:
+            if self.held.get(task, 0) > now or key in refused:
                 left.append(task)
                 continue
-            trial = self.pool.clone().try_start(task)
-            if trial is None:
-                refused.add(key)
-            elif isinstance(trial, Hold) and now + self.limit(task) > shadow:
-                # Still running at the reserved second: the head must fit beside it then.
-                if then is None or not _fits_beside(then, trial, head):
+            if head is None:
+                outcome = self._start(task, now)
+                if outcome is not STARTED:
                     left.append(task)
-                    continue
-                then.occupy(trial)
-            if trial is None or self._start(task, now) is not STARTED:
-                left.append(task)  # a requeue was counted by _start
+                if outcome is None:
+                    head = task
+                    shadow, then = self._reserve(task)
+                continue
+            if self.pool.clone().try_start(task) is None:
+                refused.add(key)
+                left.append(task)
+            elif not self._backfills(task, now, head, shadow, then):
+                left.append(task)
         self.queue = left
+        self.reservation = (head, shadow, then)
+
+    def _backfills(
+        self, task: Task, now: int, head: Task, shadow: float, then: Pool | None
+    ) -> bool:
+        """Start ``task`` now if that does not delay ``head``'s reservation at ``shadow``;
+        whether it started (a requeue is counted by :meth:`_start`)."""
+        trial = self.pool.clone().try_start(task)
+        if isinstance(trial, Hold) and now + self.limit(task) > shadow:
+            # Still running at the reserved second: the head must fit beside it then.
+            if then is None or not _fits_beside(then, trial, head):
+                return False
+            then.occupy(trial)
+        return trial is not None and self._start(task, now) is STARTED
 
     def _reserve(self, head: Task) -> tuple[float, Pool | None]:
         """The earliest second ``head`` fits if what runs ends at its limit, and the pool
@@ -264,8 +344,10 @@ def compare(
     shapes: Sequence[NodeShape],
     scheduler: str = "fifo",
     limit_factor: float = 1.0,
+    requeue_delay: int = REQUEUE_DELAY_S,
 ) -> list[Result]:
     """One :class:`Result` per policy, each from a fresh pool of nodes of ``shapes``."""
     return [
-        replay(tasks, make_pool(policy, shapes), scheduler, limit_factor) for policy in policies
+        replay(tasks, make_pool(policy, shapes), scheduler, limit_factor, requeue_delay)
+        for policy in policies
     ]

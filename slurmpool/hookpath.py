@@ -121,9 +121,14 @@ class HookImportPath:
         )
 
 
+def front_entries(python_path: str | None) -> tuple[str, ...]:
+    """The ``--python-path`` entries the hooks put before the interpreter's own path."""
+    return tuple(p for p in (python_path or "").split(os.pathsep) if p)
+
+
 def resolve_import_path(python: str, python_path: str | None = None) -> HookImportPath:
     """Ask ``python`` (as the hooks run it) where it imports slurmpool and pynvml from."""
-    front = [p for p in (python_path or "").split(os.pathsep) if p]
+    front = list(front_entries(python_path))
     argv = [python, "-I", "-S", "-c", _PROBE, json.dumps([front, list(HOOK_PACKAGES)])]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)

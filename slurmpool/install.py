@@ -43,7 +43,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from slurmpool.configgen.files import SLURM_FILES, SLURM_FRAGMENT
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
-from slurmpool.hookpath import HookImportPath, HookPathError, resolve_import_path
+from slurmpool.hookpath import (
+    HookImportPath,
+    HookPathError,
+    front_entries,
+    resolve_import_path,
+)
 from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.trust import RootPath, Untrusted, directories_on_the_way
 from slurmpool.trust import check as check_trust
@@ -577,8 +582,9 @@ def plan_install(
         )
     if resolved is not None and not staged:
         refuse_untrusted(check_trust(root_paths(target, resolved)))
-    front = tuple(p for p in (target.python_path or "").split(os.pathsep) if p)
-    import_path = resolved or HookImportPath(target.python, front, (), (), {})
+    import_path = resolved or HookImportPath(
+        target.python, front_entries(target.python_path), (), (), {}
+    )
 
     desired: dict[str, tuple[bytes, int]] = {}
     for name in SLURM_FILES:

@@ -37,7 +37,6 @@ from slurmpool.simulate.trace import Task
 if TYPE_CHECKING:
     from slurmpool.catalogue import GpuModel
 
-POLICIES = ("whole", "mig", "fluid")
 REQUEUED: Final = "requeued"
 
 
@@ -298,6 +297,7 @@ POOLS: dict[str, type[WholePool] | type[FluidPool] | type[MigPool]] = {
     "mig": MigPool,
     "fluid": FluidPool,
 }
+POLICIES = tuple(POOLS)
 
 
 def make_pool(policy: str, shapes: Sequence[NodeShape]) -> Pool:

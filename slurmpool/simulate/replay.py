@@ -44,6 +44,7 @@ SCHEDULERS = ("fifo", "backfill")
 # SLURM_FACTS.md, "The wait before a requeued job runs again").
 REQUEUE_DELAY_S = 120
 STARTED = "started"  # what Replay._start says besides REQUEUED and None
+HELD_BACK = "held back"  # backfill: it fits now but would delay the reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,7 @@ class Replay:
                 continue  # started, or requeued again, since
             head, shadow, then = self.reservation
             if self.backfill and head is not None:
-                ok = self._backfills(task, now, head, shadow, then)
+                ok = self._backfills(task, now, head, shadow, then) is STARTED
             else:
                 ok = self._start(task, now) is STARTED
             if ok:
@@ -253,26 +254,28 @@ class Replay:
                     head = task
                     shadow, then = self._reserve(task)
                 continue
-            if self.pool.clone().try_start(task) is None:
+            outcome = self._backfills(task, now, head, shadow, then)
+            if outcome is None:
                 refused.add(key)
-                left.append(task)
-            elif not self._backfills(task, now, head, shadow, then):
+            if outcome is not STARTED:
                 left.append(task)
         self.queue = left
         self.reservation = (head, shadow, then)
 
     def _backfills(
         self, task: Task, now: int, head: Task, shadow: float, then: Pool | None
-    ) -> bool:
-        """Start ``task`` now if that does not delay ``head``'s reservation at ``shadow``;
-        whether it started (a requeue is counted by :meth:`_start`)."""
+    ) -> str | None:
+        """Start ``task`` now if that does not delay ``head``'s reservation at ``shadow``.
+        As :meth:`_start` says (None: it does not fit now), or :data:`HELD_BACK`."""
         trial = self.pool.clone().try_start(task)
+        if trial is None:
+            return None
         if isinstance(trial, Hold) and now + self.limit(task) > shadow:
             # Still running at the reserved second: the head must fit beside it then.
             if then is None or not _fits_beside(then, trial, head):
-                return False
+                return HELD_BACK
             then.occupy(trial)
-        return trial is not None and self._start(task, now) is STARTED
+        return self._start(task, now)
 
     def _reserve(self, head: Task) -> tuple[float, Pool | None]:
         """The earliest second ``head`` fits if what runs ends at its limit, and the pool

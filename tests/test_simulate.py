@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,88 @@ def test_a_model_without_mig_is_refused(catalogue: Catalogue) -> None:
         make_pool("whole", [NodeShape(1, catalogue.get("L40S-48GB"))])
 
 
+def test_a_static_layout_gives_each_task_the_smallest_instance_that_holds_it(
+    catalogue: Catalogue,
+) -> None:
+    """One A100 carved 3g + 2g + 2g.  a (3 slices) takes the 3g; b and c (2 and 1) the
+    two 2g; d (1 slice) asks for a 2g too, the smallest instance there is, and waits for
+    b's at 50.  A whole-GPU task has no 7g to run on: refused."""
+    tasks = [
+        task("a", 0, 100, milli=400),
+        task("b", 0, 50, milli=250),
+        task("c", 0, 100, milli=100),
+        task("d", 10, 10, milli=100),
+        task("e", 20, 10),
+    ]
+    result = run(catalogue, "mig-static:3g+2g+2g", tasks, 1, 1)
+    assert (result.tasks, result.refused) == (4, 1)
+    assert result.wait_mean_s * 4 == 40  # d: 10 -> 50
+    assert result.policy == "mig-static:3g+2g+2g"
+    # Held: the instances (3 + 2 + 2 + 2 slices), asked: 3 + 2 + 1 + 1.
+    assert result.allocated_slice_h * 3600 == 3 * 100 + 2 * 50 + 2 * 100 + 2 * 10
+    assert result.requested_slice_h * 3600 == 3 * 100 + 2 * 50 + 100 + 10
+
+
+def test_a_static_layout_per_gpu_the_last_repeating(catalogue: Catalogue) -> None:
+    """7g/3g+4g on nodes of 3 GPUs: GPU 0 is whole, GPUs 1 and 2 are 4g + 3g.  A 1-GPU
+    task takes the 7g; two more wait for it; a 2-GPU task has one 7g a node: refused."""
+    pool = make_pool("mig-static:7g/4g+3g", uniform(1, 3, catalogue.get(A100)))
+    assert pool.name == "mig-static:7g/4g+3g"
+    tasks = [task("a", 0, 100), task("b", 0, 10), task("c", 0, 1, milli=500), task("d", 0, 1, 2)]
+    replayed = Replay(pool)
+    replayed.play([t for t in tasks if pool.runs(t)])
+    starts = {r.task.name: (r.start, r.hold.gpus) for r in replayed.runs}
+    assert starts == {"a": (0, (0,)), "b": (100, (0,)), "c": (0, (1,))}
+    assert not pool.runs(tasks[3])
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ("mig-static", "expected mig-static:<a MIG layout such as 3g+2g+2g"),
+        ("mig-static:", "expected mig-static:<a MIG layout"),
+        ("mig-static:3g++2g", "an empty profile name"),
+        ("mig-static:5g", "unknown MIG profile '5g' for A100-SXM4-80GB"),
+        ("mig-static:4g+4g", "layout 4g.40gb + 4g.40gb does not fit one A100-SXM4-80GB"),
+        ("mig-static:7g/7g/7g", "gives 3 GPUs a layout and the largest node has 2"),
+        ("shared", "expected shared:<the shares of each GPU"),
+        ("shared:0", "shared:0: expected 1 or more shares per GPU"),
+        ("shared:-2", "'-2' is not a whole number"),
+        ("whole:2", "whole takes no argument"),
+        ("best", "no policy 'best'; expected one of whole, mig, fluid, mig-static:<...>"),
+    ],
+)
+def test_a_policy_that_cannot_be_modelled_says_what_it_expected(
+    catalogue: Catalogue, policy: str, message: str
+) -> None:
+    with pytest.raises(PoolError, match=re.escape(message)):
+        make_pool(policy, uniform(1, 2, catalogue.get(A100)))
+
+
+def test_shares_of_one_gpu_come_from_the_first_gpu_with_enough(catalogue: Catalogue) -> None:
+    """shared:4 on two GPUs.  a (300 -> 2 shares) and b (500 -> 2) fill GPU 0; c (100 ->
+    1) goes to GPU 1, which the whole-GPU task d then waits for (until c ends at 30)."""
+    tasks = [
+        task("a", 0, 100, milli=300),
+        task("b", 0, 100, milli=500),
+        task("c", 0, 30, milli=100),
+        task("d", 5, 10),
+    ]
+    pool = make_pool("shared:4", uniform(1, 2, catalogue.get(A100)))
+    replayed = Replay(pool)
+    replayed.play(tasks)
+    placed = {r.task.name: (r.start, r.hold.gpus, r.hold.units) for r in replayed.runs}
+    assert placed == {
+        "a": (0, (0,), 2),
+        "b": (0, (0,), 2),
+        "c": (0, (1,), 1),
+        "d": (30, (1,), 4),
+    }
+    result = run(catalogue, "shared:4", tasks, 1, 2)
+    # Held: half a GPU each for a and b (3.5 slices), a quarter for c, all of one for d.
+    assert result.allocated_slice_h * 3600 == pytest.approx(3.5 * 200 + 1.75 * 30 + 7 * 10)
+
+
 def test_nearest_rank_percentile() -> None:
     assert percentile([], 95) == 0
     assert percentile([5.0], 95) == 5
@@ -222,6 +305,22 @@ def test_the_command_prints_one_row_per_policy(trace: Path) -> None:
     assert lines[3].split()[-1] == "1"  # mig's fragmentation requeue
 
 
+def test_the_command_counts_what_a_static_layout_refuses(trace: Path) -> None:
+    args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
+    more = ["--compare", "whole,mig-static:2g+2g+2g+1g,shared:4"]
+    result = CliRunner().invoke(main, [*args, "--model", A100, *more])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].split()[-1] == "refused"
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert list(rows) == ["whole", "mig-static:2g+2g+2g+1g", "shared:4"]
+    # a and b need 3 slices, and no instance has 3: only c runs.
+    assert (rows["mig-static:2g+2g+2g+1g"][1], rows["mig-static:2g+2g+2g+1g"][-1]) == ("1", "2")
+    assert rows["whole"][-1] == "0"
+    with_json = CliRunner().invoke(main, [*args, "--model", A100, *more, "--json"])
+    assert [r["refused"] for r in json.loads(with_json.output)["results"]] == [0, 2, 0]
+
+
 def test_the_command_with_backfill(trace: Path) -> None:
     args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
     more = ["--model", A100, "--scheduler", "backfill", "--limit-factor", "1.5", "--json"]
@@ -249,7 +348,10 @@ def test_the_command_in_json(trace: Path) -> None:
 @pytest.mark.parametrize(
     ("more", "message"),
     [
-        (["--compare", "whole,best"], "--compare 'whole,best': best; expected some of"),
+        (["--compare", "whole,best"], "no policy 'best'; expected one of whole, mig, fluid"),
+        (["--compare", ","], "--compare ',': no policy; expected some of"),
+        (["--compare", "mig-static:3g+3g+3g"], "layout 3g.40gb + 3g.40gb + 3g.40gb does not fit"),
+        (["--compare", "shared:x"], "'x' is not a whole number"),
         (["--model", "L40S-48GB"], "L40S-48GB has no MIG"),
         (["--gpus-per-node", "0"], "0 is not in the range x>=1"),
         (["--limit-factor", "0.5"], "0.5 is not in the range x>=1"),

@@ -1,7 +1,7 @@
 """Invariants of the replay on random traces and pools (seeded, so a failure replays):
 every task runs once for its duration, no GPU ever holds more than it has, a task that
 arrives at an idle pool starts at once, and every MIG instance sits where the
-catalogue allows."""
+catalogue allows.  ``mig-static`` draws one of its model's layouts per seed."""
 
 from __future__ import annotations
 
@@ -11,22 +11,32 @@ from collections import defaultdict
 import pytest
 
 from slurmpool.catalogue import Catalogue
-from slurmpool.simulate.pools import POLICIES, NodeShape, make_pool
+from slurmpool.simulate.pools import NodeShape, make_pool
 from slurmpool.simulate.replay import SCHEDULERS, Replay, Run
 from slurmpool.simulate.trace import Task
 
 SEEDS = range(40)
+POLICIES = ("whole", "mig", "fluid", "shared:3", "mig-static")
 EVERY_CASE = pytest.mark.parametrize(
     ("seed", "policy", "scheduler"),
     [(s, p, k) for s in SEEDS for p in POLICIES for k in SCHEDULERS],
 )
 MODELS = ("A100-SXM4-80GB", "A30-24GB", "H100-SXM5-80GB")
+# Layouts per number of compute slices (a layout is one model's, so a mig-static case
+# has nodes of one model); some leave whole-GPU tasks nowhere to run (refused).
+LAYOUTS = {
+    7: ("7g/3g+2g+1g+1g", "4g+3g", "7g/7g/1g+1g+1g+1g+1g+1g+1g", "3g+3g/7g", "2g+2g+3g"),
+    4: ("4g/2g+1g+1g", "2g+2g", "4g/4g/1g+1g+1g+1g", "1g+1g+2g/4g"),
+}
 
 
-def random_case(seed: int, catalogue: Catalogue) -> tuple[list[Task], list[NodeShape]]:
+def random_case(
+    seed: int, catalogue: Catalogue, one_model: bool = False
+) -> tuple[list[Task], list[NodeShape]]:
     rng = random.Random(seed)
+    models = [rng.choice(MODELS)] if one_model else MODELS
     shapes = [
-        NodeShape(rng.randint(2, 4), catalogue.get(rng.choice(MODELS)))
+        NodeShape(rng.randint(2, 4), catalogue.get(rng.choice(models)))
         for _ in range(rng.randint(1, 3))
     ]
     most = max(s.gpus for s in shapes)
@@ -50,8 +60,15 @@ def random_case(seed: int, catalogue: Catalogue) -> tuple[list[Task], list[NodeS
 def played(
     seed: int, policy: str, catalogue: Catalogue, scheduler: str = "fifo"
 ) -> tuple[list[Task], list[NodeShape], Replay]:
-    tasks, shapes = random_case(seed, catalogue)
-    run = Replay(make_pool(policy, shapes), scheduler)
+    static = policy == "mig-static"
+    tasks, shapes = random_case(seed, catalogue, one_model=static)
+    if static:
+        most = max(s.gpus for s in shapes)
+        fit = [lay for lay in LAYOUTS[shapes[0].slices] if lay.count("/") < most]
+        policy += ":" + random.Random(seed).choice(fit)
+    pool = make_pool(policy, shapes)
+    tasks = [t for t in tasks if pool.runs(t)]
+    run = Replay(pool, scheduler)
     run.play(tasks)
     return tasks, shapes, run
 
@@ -83,30 +100,37 @@ def test_no_gpu_ever_holds_more_than_it_has(
 ) -> None:
     _, shapes, run = played(seed, policy, catalogue, scheduler)
     for t, active in instants(run.runs):
-        used: dict[tuple[int, int], int] = defaultdict(int)
+        used: dict[tuple[int, int], float] = defaultdict(float)
         for r in active:
-            per_gpu = r.hold.slices // len(r.hold.gpus) if policy != "mig" else 0
             for g in r.hold.gpus:
                 assert g < shapes[r.hold.node].gpus
-                used[r.hold.node, g] += per_gpu
+                if not r.hold.instances:  # whole, fluid, shared: compute slices
+                    used[r.hold.node, g] += r.hold.slices / len(r.hold.gpus)
             for g, inst in r.hold.instances:
                 used[r.hold.node, g] += inst.placement.size  # memory slices, checked below
         for (node, g), n in used.items():
             shape = shapes[node]
             assert shape.model.mig is not None
-            limit = shape.slices if policy != "mig" else shape.model.mig.memory_slices
-            assert n <= limit, (t, node, g, n)
-        if policy == "whole":
-            held = [(r.hold.node, g) for r in active for g in r.hold.gpus]
-            assert len(held) == len(set(held)), t  # a GPU is one task's
+            limit = shape.model.mig.memory_slices if policy.startswith("mig") else shape.slices
+            assert n <= limit + 1e-9, (t, node, g, n)
+        if policy.startswith("shared"):
+            shares: dict[tuple[int, int], int] = defaultdict(int)
+            for r in active:
+                for g in r.hold.gpus:
+                    shares[r.hold.node, g] += r.hold.units
+            assert max(shares.values(), default=0) <= 3, t
+        if policy in ("whole", "mig-static"):  # a GPU, or an instance, is one task's
+            held = [(r.hold.node, g) for r in active for g in r.hold.slots or r.hold.gpus]
+            assert len(held) == len(set(held)), t
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("policy", ["mig", "mig-static"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_mig_instances_sit_where_the_catalogue_allows_and_never_overlap(
-    seed: int, scheduler: str, catalogue: Catalogue
+    seed: int, policy: str, scheduler: str, catalogue: Catalogue
 ) -> None:
-    _, shapes, run = played(seed, "mig", catalogue, scheduler)
+    _, shapes, run = played(seed, policy, catalogue, scheduler)
     for t, active in instants(run.runs):
         masks: dict[tuple[int, int], int] = defaultdict(int)
         units: dict[int, int] = defaultdict(int)
@@ -137,7 +161,7 @@ def test_a_task_arriving_at_an_idle_pool_starts_at_once(
 # Not mig: Slurm counts units, so it keeps starting tasks on the first node whose count
 # fits even when its slices are fragmented and every other node is empty (README).
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
-@pytest.mark.parametrize("policy", ["whole", "fluid"])
+@pytest.mark.parametrize("policy", ["whole", "fluid", "shared:3"])
 @pytest.mark.parametrize("seed", range(10))
 def test_on_a_pool_big_enough_nobody_waits(
     seed: int, policy: str, scheduler: str, catalogue: Catalogue

@@ -47,7 +47,9 @@ def _hours(seconds: float) -> str:
     "policies",
     default="whole,mig,fluid",
     show_default=True,
-    help="Policies to replay the trace under, comma-separated: whole, mig, fluid.",
+    help="Policies to replay the trace under, comma-separated: whole, mig, fluid, "
+    "mig-static:LAYOUT (3g+2g+2g on every GPU; 7g/3g+2g+2g: a layout per GPU, the last "
+    "repeating) and shared:SHARES (time-sliced shares per GPU).",
 )
 @click.option(
     "--scheduler",
@@ -90,25 +92,26 @@ def simulate(
 
     ``whole`` gives every task whole GPUs; ``mig`` is slurmpool (Slurm counts vgpu
     units, the prolog carves with the production placement and requeues a task whose
-    node is too fragmented); ``fluid`` is the bound: slices with no geometry.
+    node is too fragmented); ``fluid`` is the bound: slices with no geometry;
+    ``mig-static:LAYOUT`` fixed MIG instances; ``shared:SHARES`` time-sliced shares.
+    A task a policy cannot run at all (no instance of a static layout holds it) is
+    counted as refused.
 
     Example: ``slurmpool simulate --trace openb_pod_list_default.csv --nodes 6
     --gpus-per-node 8 --model A100-SXM4-80GB --compare whole,mig,fluid``
     """
     from slurmpool.catalogue import CatalogueError
-    from slurmpool.simulate.pools import POLICIES, PoolError
+    from slurmpool.simulate.pools import PoolError, make_pool, policy_words
     from slurmpool.simulate.replay import compare
     from slurmpool.simulate.trace import TraceError, read_openb
 
     wanted = [p.strip() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in wanted if p not in POLICIES]
-    if not wanted or unknown:
-        usage_error(
-            f"--compare {policies!r}: {', '.join(unknown) or 'no policy'}; "
-            f"expected some of {', '.join(POLICIES)}"
-        )
+    if not wanted:
+        usage_error(f"--compare {policies!r}: no policy; expected some of {policy_words()}")
     try:
         shapes = _shapes(nodes, gpus_per_node, model, policy_path, variables)
+        for policy in wanted:  # a wrong policy fails before the trace is read
+            make_pool(policy, shapes)
         tasks = read_openb(trace_path)
         results = compare(tasks, wanted, shapes, scheduler, limit_factor, requeue_delay)
     except (CatalogueError, TraceError, PoolError) as e:
@@ -128,9 +131,11 @@ def simulate(
         return
     where = ", ".join(f"{p['nodes']} nodes x {p['gpus']} {p['model']}" for p in pool)
     click.echo(f"{len(tasks)} GPU tasks on {where}, scheduler {scheduler}")
-    head = (
+    refused = any(r.refused for r in results)
+    head: tuple[str, ...] = (
         *("policy", "tasks", "wait mean", "wait p95", "1-GPU mean", "multi mean"),
         *("asked slice-h", "held slice-h", "util", "frag requeues"),
+        *(("refused",) if refused else ()),
     )
     rows = [
         (
@@ -144,6 +149,7 @@ def simulate(
             f"{r.allocated_slice_h:.0f}",
             f"{r.util:.1%}",
             str(r.frag_requeues),
+            *((str(r.refused),) if refused else ()),
         )
         for r in results
     ]

@@ -16,6 +16,19 @@
   slices that suffice (ties: lowest index); a multi-GPU task to the node with
   the fewest empty GPUs that suffice, on its lowest-index empty GPUs.
 
+* ``mig-static:<layout>``: every GPU carved once into a fixed layout
+  (``3g+2g+2g``; ``7g/7g/3g+2g+2g`` gives the first two GPUs of each node one
+  7g instance each and the rest the last layout), its instances Slurm's typed
+  ``gpu`` GRES.  A task asks for the smallest instance of the layout that holds
+  it (a multi-GPU task: that many full-GPU instances on one node) and Slurm
+  gives it the lowest-index free one of the first node that has one.  A task
+  no instance holds is refused: the layout cannot run it.
+* ``shared:<shares>``: every GPU time-sliced into ``shares`` shares, scheduled
+  as Slurm's ``shard`` GRES: a fraction ``m`` asks for ``ceil(shares * m /
+  1000)`` shares, all from one GPU (the lowest-index GPU with enough of the
+  first node with one); a task of whole GPUs takes GPUs none of whose shares
+  are taken.
+
 Each pool answers :meth:`Pool.try_start` with a :class:`Hold` (the task runs),
 ``None`` (it does not fit now) or :data:`REQUEUED` (``mig`` only: Slurm
 started it and the prolog sent it back).
@@ -23,13 +36,15 @@ started it and the prolog sent it back).
 
 from __future__ import annotations
 
+import bisect
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
+from slurmpool.catalogue import CatalogueError
 from slurmpool.configgen.plan import profile_table
-from slurmpool.placement import GpuOccupancy, PlacedInstance
+from slurmpool.placement import GpuOccupancy, PlacedInstance, engine_for
 from slurmpool.pooling.mig import plan_instances
 from slurmpool.pooling.request import mig_profiles
 from slurmpool.simulate.trace import Task
@@ -74,9 +89,12 @@ class Hold:
     node: int
     gpus: tuple[int, ...]  # GPU indices within the node
     asked: int  # compute slices the task asked for there
-    slices: int  # compute slices it holds (what it keeps from others)
-    units: int = 0  # mig: the vgpu units Slurm counts
+    slices: float  # compute slices it holds (what it keeps from others): a share's part
+    # What the pool itself counts: mig, the vgpu units of the node; fluid, the slices
+    # of each GPU; shared, the shares of each GPU.
+    units: int = 0
     instances: tuple[tuple[int, PlacedInstance], ...] = ()  # mig: (gpu, instance)
+    slots: tuple[int, ...] = ()  # mig-static: the node's fixed instances it holds
 
 
 class Pool(Protocol):
@@ -86,7 +104,12 @@ class Pool(Protocol):
     def total_slices(self) -> int: ...
 
     def check(self, task: Task) -> None:
-        """:class:`PoolError` when ``task`` could never run here."""
+        """:class:`PoolError` when ``task`` could never run on nodes of this size."""
+        ...
+
+    def runs(self, task: Task) -> bool:
+        """Whether the policy can run ``task`` at all (``mig-static``: whether its layout
+        has an instance that holds it); a task it cannot run is refused, not queued."""
         ...
 
     def try_start(self, task: Task) -> Hold | Literal["requeued"] | None: ...
@@ -121,6 +144,9 @@ class _Nodes:
     @property
     def total_slices(self) -> int:
         return sum(s.gpus * s.slices for s in self.shapes)
+
+    def runs(self, task: Task) -> bool:
+        return True
 
     def check(self, task: Task) -> None:
         most = max(s.gpus for s in self.shapes)
@@ -192,7 +218,7 @@ class FluidPool(_Nodes):
                 return None
             _, node, g = best
             need = self.shapes[node].demand(task)
-            hold = Hold(node, (g,), need, need)
+            hold = Hold(node, (g,), need, need, units=need)
             self.occupy(hold)
             return hold
         choice: tuple[int, int] | None = None  # (empty GPUs, node)
@@ -206,19 +232,17 @@ class FluidPool(_Nodes):
         node = choice[1]
         full = self.shapes[node].slices
         taken = tuple(g for g, free in enumerate(self.free[node]) if free == full)[: task.gpus]
-        hold = Hold(node, taken, task.gpus * full, task.gpus * full)
+        hold = Hold(node, taken, task.gpus * full, task.gpus * full, units=full)
         self.occupy(hold)
         return hold
 
     def occupy(self, hold: Hold) -> None:
-        per_gpu = hold.slices // len(hold.gpus)
         for g in hold.gpus:
-            self.free[hold.node][g] -= per_gpu
+            self.free[hold.node][g] -= hold.units
 
     def release(self, hold: Hold) -> None:
-        per_gpu = hold.slices // len(hold.gpus)
         for g in hold.gpus:
-            self.free[hold.node][g] += per_gpu
+            self.free[hold.node][g] += hold.units
 
     def clone(self) -> FluidPool:
         other = copy.copy(self)
@@ -292,17 +316,197 @@ class MigPool(_Nodes):
         return other
 
 
-POOLS: dict[str, type[WholePool] | type[FluidPool] | type[MigPool]] = {
-    "whole": WholePool,
-    "mig": MigPool,
-    "fluid": FluidPool,
+class StaticMigPool(_Nodes):
+    """``mig-static:<layout>``: each GPU's instances are made once; a task takes free ones."""
+
+    def __init__(self, shapes: Sequence[NodeShape], layouts: Sequence[Sequence[str]]) -> None:
+        super().__init__(shapes)
+        self.name = "mig-static:" + "/".join("+".join(layout) for layout in layouts)
+        # Per node: its fixed instances, (gpu, instance, compute slices), in GPU order;
+        # the compute sizes its layouts offer; and its free instances of each size.
+        self.slots: list[list[tuple[int, PlacedInstance, int]]] = []
+        self.sizes: list[tuple[int, ...]] = []
+        self.free: list[dict[int, list[int]]] = []
+        most = max(s.gpus for s in self.shapes)
+        if len(layouts) > most:
+            raise PoolError(
+                f"{self.name} gives {len(layouts)} GPUs a layout and the largest node has "
+                f"{most}: give at most {most} (the last one repeats on the GPUs after it)"
+            )
+        carved: dict[tuple[str, tuple[str, ...]], list[PlacedInstance]] = {}
+        for shape in self.shapes:
+            slots: list[tuple[int, PlacedInstance, int]] = []
+            for g in range(shape.gpus):
+                layout = tuple(layouts[min(g, len(layouts) - 1)])
+                key = (shape.model.name, layout)
+                if key not in carved:
+                    carved[key] = _carve(shape.model, layout)
+                slots.extend(
+                    (g, inst, shape.model.gi_profile(inst.profile).slices) for inst in carved[key]
+                )
+            free: dict[int, list[int]] = {}
+            for n, (_, _, size) in enumerate(slots):
+                free.setdefault(size, []).append(n)
+            self.slots.append(slots)
+            self.sizes.append(tuple(sorted(free)))
+            self.free.append(free)
+
+    def _size(self, node: int, task: Task) -> int | None:
+        """The instance size (compute slices) ``task`` asks for on ``node``: the smallest
+        of its layouts that holds the task (a whole GPU's for whole-GPU tasks)."""
+        shape = self.shapes[node]
+        need = shape.demand(task) if task.fraction else shape.slices
+        return next((size for size in self.sizes[node] if size >= need), None)
+
+    def runs(self, task: Task) -> bool:
+        for node in range(len(self.shapes)):
+            size = self._size(node, task)
+            if size is None:
+                continue
+            count = sum(1 for _, _, s in self.slots[node] if s == size)
+            if task.fraction or count >= task.gpus:
+                return True
+        return False
+
+    def try_start(self, task: Task) -> Hold | None:
+        for node in range(len(self.shapes)):
+            size = self._size(node, task)
+            if size is None:
+                continue
+            free = self.free[node].get(size, [])
+            if len(free) >= task.gpus:
+                taken = tuple(free[: task.gpus])
+                slots = self.slots[node]
+                hold = Hold(
+                    node,
+                    tuple(dict.fromkeys(slots[n][0] for n in taken)),
+                    self.shapes[node].demand(task),
+                    size * task.gpus,
+                    instances=tuple((slots[n][0], slots[n][1]) for n in taken),
+                    slots=taken,
+                )
+                self.occupy(hold)
+                return hold
+        return None
+
+    def occupy(self, hold: Hold) -> None:
+        for n in hold.slots:
+            self.free[hold.node][self.slots[hold.node][n][2]].remove(n)
+
+    def release(self, hold: Hold) -> None:
+        for n in hold.slots:
+            bisect.insort(self.free[hold.node][self.slots[hold.node][n][2]], n)
+
+    def clone(self) -> StaticMigPool:
+        other = copy.copy(self)  # shares the fixed instances
+        other.free = [{size: list(ids) for size, ids in free.items()} for free in self.free]
+        return other
+
+
+def _carve(model: GpuModel, layout: Sequence[str]) -> list[PlacedInstance]:
+    """The instances ``layout`` makes on one empty GPU of ``model``, where the production
+    placement engine puts them, in placement order."""
+    try:
+        names = [model.gi_profile(name).name for name in layout]
+    except CatalogueError as e:
+        raise PoolError(f"mig-static: {e}") from None
+    engine = engine_for(model)
+    placements = engine.plan(names)
+    if placements is None:
+        raise PoolError(
+            f"mig-static: layout {' + '.join(names)} does not fit one {model.name}: "
+            f"{engine.explain_misfit(names)}"
+        )
+    instances = [PlacedInstance(n, pl) for n, pl in zip(names, placements, strict=True)]
+    return sorted(instances, key=lambda inst: inst.placement)
+
+
+class SharedPool(_Nodes):
+    """``shared:<shares>``: each GPU time-sliced into ``shares`` shares (Slurm shards)."""
+
+    def __init__(self, shapes: Sequence[NodeShape], shares: int) -> None:
+        super().__init__(shapes)
+        if shares < 1:
+            raise PoolError(f"shared:{shares}: expected 1 or more shares per GPU")
+        self.name = f"shared:{shares}"
+        self.shares = shares
+        self.free = [[shares] * s.gpus for s in self.shapes]  # per node, per GPU
+
+    def try_start(self, task: Task) -> Hold | None:
+        total = self.shares
+        if task.fraction:
+            need = min(total, -(-total * task.milli // 1000))
+            for node, gpus in enumerate(self.free):
+                for g, free in enumerate(gpus):
+                    if free >= need:
+                        shape = self.shapes[node]
+                        hold = Hold(
+                            node, (g,), shape.demand(task), shape.slices * need / total, need
+                        )
+                        self.occupy(hold)
+                        return hold
+            return None
+        for node, gpus in enumerate(self.free):
+            empty = [g for g, free in enumerate(gpus) if free == total]
+            if len(empty) >= task.gpus:
+                whole = task.gpus * self.shapes[node].slices
+                hold = Hold(node, tuple(empty[: task.gpus]), whole, whole, total)
+                self.occupy(hold)
+                return hold
+        return None
+
+    def occupy(self, hold: Hold) -> None:
+        for g in hold.gpus:
+            self.free[hold.node][g] -= hold.units
+
+    def release(self, hold: Hold) -> None:
+        for g in hold.gpus:
+            self.free[hold.node][g] += hold.units
+
+    def clone(self) -> SharedPool:
+        other = copy.copy(self)
+        other.free = [list(gpus) for gpus in self.free]
+        return other
+
+
+# The policies: name -> (what its argument is, None for none; how it makes a pool).
+POLICIES: dict[str, str | None] = {
+    "whole": None,
+    "mig": None,
+    "fluid": None,
+    "mig-static": "a MIG layout such as 3g+2g+2g, or 7g/3g+2g+2g per GPU",
+    "shared": "the shares of each GPU, such as 4",
 }
-POLICIES = tuple(POOLS)
 
 
 def make_pool(policy: str, shapes: Sequence[NodeShape]) -> Pool:
-    """The pool ``policy`` makes of nodes of ``shapes``."""
-    pool = POOLS.get(policy)
-    if pool is None:
-        raise PoolError(f"no policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    return pool(shapes)
+    """The pool ``policy`` (``whole``, ``mig-static:3g+2g+2g``, ``shared:4``...) makes of
+    nodes of ``shapes``."""
+    name, colon, arg = policy.partition(":")
+    if name not in POLICIES:
+        raise PoolError(f"no policy {policy!r}; expected one of {policy_words()}")
+    wants = POLICIES[name]
+    if wants is None:
+        if colon:
+            raise PoolError(f"policy {policy!r}: {name} takes no argument; expected {name}")
+    elif not arg:
+        raise PoolError(f"policy {policy!r}: expected {name}:<{wants}>")
+    if name == "whole":
+        return WholePool(shapes)
+    if name == "mig":
+        return MigPool(shapes)
+    if name == "fluid":
+        return FluidPool(shapes)
+    if name == "mig-static":
+        layouts = [[p for p in gpu.split("+")] for gpu in arg.split("/")]
+        if any(not p for layout in layouts for p in layout):
+            raise PoolError(f"policy {policy!r}: an empty profile name; expected {wants}")
+        return StaticMigPool(shapes, layouts)
+    if not arg.isdigit():
+        raise PoolError(f"policy {policy!r}: {arg!r} is not a whole number; expected {wants}")
+    return SharedPool(shapes, int(arg))
+
+
+def policy_words() -> str:
+    """The policies as a user writes them, for messages and help."""
+    return ", ".join(name if arg is None else f"{name}:<...>" for name, arg in POLICIES.items())

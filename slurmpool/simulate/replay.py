@@ -61,6 +61,7 @@ class Result:
     util: float
     frag_requeues: int
     makespan_s: int
+    refused: int = 0  # tasks the policy cannot run at all (mig-static: no instance holds them)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -83,12 +84,14 @@ def replay(
     limit_factor: float = 1.0,
     requeue_delay: int = REQUEUE_DELAY_S,
 ) -> Result:
-    """Run ``tasks`` (in arrival order) through ``pool`` and measure the waits."""
+    """Run ``tasks`` (in arrival order) through ``pool`` and measure the waits; a task
+    the policy cannot run at all is counted as refused and left out."""
     for task in tasks:
         pool.check(task)
+    runnable = [task for task in tasks if pool.runs(task)]
     run = Replay(pool, scheduler, limit_factor, requeue_delay)
-    run.play(tasks)
-    return _measure(pool.name, scheduler, pool.total_slices, run)
+    run.play(runnable)
+    return _measure(pool.name, scheduler, pool.total_slices, run, len(tasks) - len(runnable))
 
 
 class Replay:
@@ -313,7 +316,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)])
 
 
-def _measure(policy: str, scheduler: str, total_slices: int, run: Replay) -> Result:
+def _measure(policy: str, scheduler: str, total_slices: int, run: Replay, refused: int) -> Result:
     runs = run.runs
     waits = [r.start - r.task.arrival for r in runs]
     single = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus == 1]
@@ -338,6 +341,7 @@ def _measure(policy: str, scheduler: str, total_slices: int, run: Replay) -> Res
         util=asked / (total_slices * makespan) if makespan else 0.0,
         frag_requeues=run.requeues,
         makespan_s=makespan,
+        refused=refused,
     )
 
 

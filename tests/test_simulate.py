@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from slurmpool.catalogue import Catalogue
 from slurmpool.cli import main
+from slurmpool.simulate.energy import Watts, WattsError, parse_watts, power_for
 from slurmpool.simulate.pools import NodeShape, PoolError, make_pool, uniform
-from slurmpool.simulate.replay import Replay, Result, percentile, replay
+from slurmpool.simulate.replay import Replay, Result, compare, percentile, replay
 from slurmpool.simulate.trace import Task, TraceError, parse_openb, read_openb
 
 A100 = "A100-SXM4-80GB"
@@ -274,6 +275,78 @@ def test_shares_of_one_gpu_come_from_the_first_gpu_with_enough(catalogue: Catalo
     assert result.allocated_slice_h * 3600 == pytest.approx(3.5 * 200 + 1.75 * 30 + 7 * 10)
 
 
+# -- energy ------------------------------------------------------------------------------
+
+
+def test_energy_is_idle_power_for_the_window_plus_the_work_asked_for(
+    catalogue: Catalogue,
+) -> None:
+    """Two A100s at 100 W idle, 400 W busy; one task asks for 4 of 7 slices for an hour.
+    The pool draws 2 x 100 W for the hour, plus 300 W x 4/7 for the work; the second GPU
+    holds nothing all hour (and under whole, the first holds the task)."""
+    power = {A100: Watts(100, 400, "test")}
+    pool = make_pool("whole", uniform(1, 2, catalogue.get(A100)))
+    result = replay([task("a", 0, 3600, milli=500)], pool, power=power)
+    assert result.energy_kwh == pytest.approx((2 * 100 + 300 * 4 / 7) / 1000)
+    assert (result.empty_gpu_h, result.empty_kwh) == (1, pytest.approx(0.1))
+
+
+def test_policies_are_measured_over_the_same_window(catalogue: Catalogue) -> None:
+    """On one A100, a (4 slices) and b (3) share the GPU under fluid and end at 100; under
+    whole, b waits and ends at 200.  Both pools are measured to 200: the same energy (the
+    same work), but fluid's GPU stands empty from 100 to 200."""
+    tasks = [task("a", 0, 100, milli=500), task("b", 0, 100, milli=400)]
+    power = {A100: Watts(100, 400, "test")}
+    whole, fluid = compare(
+        tasks, ["whole", "fluid"], uniform(1, 1, catalogue.get(A100)), power=power
+    )
+    assert whole.energy_kwh == pytest.approx(fluid.energy_kwh)
+    assert (whole.empty_gpu_h, fluid.empty_gpu_h * 3600) == (0, pytest.approx(100))
+    assert fluid.empty_kwh == pytest.approx(100 * 100 / 3.6e6)
+
+
+def test_a_model_without_known_power_has_no_energy_until_it_is_given(
+    catalogue: Catalogue,
+) -> None:
+    shapes = uniform(1, 1, catalogue.get("H200-141GB"))
+    assert power_for(shapes) == {"H200-141GB": None}
+    result = replay([task("a", 0, 10)], make_pool("whole", shapes))
+    assert (result.energy_kwh, result.empty_gpu_h, result.empty_kwh) == (None, None, None)
+    every, named = parse_watts(["50/500", "H200-141GB=80/700"])
+    assert every == Watts(50, 500, "given with --watts")
+    assert power_for(shapes, every, named)["H200-141GB"] == Watts(80, 700, "given with --watts")
+    assert power_for(uniform(1, 1, catalogue.get(A100)), every, named)[A100] == every
+
+
+@pytest.mark.parametrize("spec", ["60", "400/60", "x/400", "A100=/", "-1/400", "0/0"])
+def test_a_power_figure_that_cannot_be_read_says_what_was_expected(spec: str) -> None:
+    with pytest.raises(
+        WattsError, match=re.escape(f"--watts {spec!r}: expected [MODEL=]IDLE/BUSY")
+    ):
+        parse_watts([spec])
+
+
+def test_the_command_asks_for_power_it_does_not_know(trace: Path) -> None:
+    args = ["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "1"]
+    result = CliRunner().invoke(main, [*args, "--model", "H200-141GB"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "energy: no power figures for H200-141GB; give them with --watts H200-141GB=IDLE/BUSY"
+        in result.output
+    )
+    assert "energy MWh" not in result.output
+    given = CliRunner().invoke(
+        main, [*args, "--model", "H200-141GB", "--watts", "80/700", "--json"]
+    )
+    data = json.loads(given.output)
+    assert data["power"] == {
+        "H200-141GB": {"idle_w": 80, "busy_w": 700, "source": "given with --watts"}
+    }
+    assert all(r["energy_kwh"] > 0 for r in data["results"])
+    wrong = CliRunner().invoke(main, [*args, "--model", A100, "--watts", "400/60"])
+    assert wrong.exit_code != 0 and "--watts '400/60': expected" in wrong.output
+
+
 def test_nearest_rank_percentile() -> None:
     assert percentile([], 95) == 0
     assert percentile([5.0], 95) == 5
@@ -301,8 +374,11 @@ def test_the_command_prints_one_row_per_policy(trace: Path) -> None:
     lines = result.output.splitlines()
     assert lines[0] == f"3 GPU tasks on 1 nodes x 1 {A100}, scheduler fifo"
     assert lines[1].split()[:3] == ["policy", "tasks", "wait"]
-    assert [line.split()[0] for line in lines[2:]] == ["whole", "mig", "fluid"]
+    assert [line.split()[0] for line in lines[2:5]] == ["whole", "mig", "fluid"]
     assert lines[3].split()[-1] == "1"  # mig's fragmentation requeue
+    assert lines[5] == ""
+    assert lines[6].startswith(f"energy: {A100} 60 W idle, 400 W busy (busy: NVIDIA A100")
+    assert lines[7].split() == ["policy", "energy", "MWh", "empty", "GPU-h", "empty", "MWh"]
 
 
 def test_the_command_counts_what_a_static_layout_refuses(trace: Path) -> None:
@@ -312,7 +388,7 @@ def test_the_command_counts_what_a_static_layout_refuses(trace: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[1].split()[-1] == "refused"
-    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    rows = {line.split()[0]: line.split() for line in lines[2:5]}
     assert list(rows) == ["whole", "mig-static:2g+2g+2g+1g", "shared:4"]
     # a and b need 3 slices, and no instance has 3: only c runs.
     assert (rows["mig-static:2g+2g+2g+1g"][1], rows["mig-static:2g+2g+2g+1g"][-1]) == ("1", "2")

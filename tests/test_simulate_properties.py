@@ -11,8 +11,9 @@ from collections import defaultdict
 import pytest
 
 from slurmpool.catalogue import Catalogue
+from slurmpool.simulate.energy import power_for
 from slurmpool.simulate.pools import NodeShape, make_pool
-from slurmpool.simulate.replay import SCHEDULERS, Replay, Run
+from slurmpool.simulate.replay import SCHEDULERS, Replay, Run, replay
 from slurmpool.simulate.trace import Task
 
 SEEDS = range(40)
@@ -172,3 +173,21 @@ def test_on_a_pool_big_enough_nobody_waits(
     run.play(tasks)
     assert all(r.start == r.task.arrival for r in run.runs)
     assert run.requeues == 0
+
+
+@EVERY_CASE
+def test_energy_lies_between_an_idle_and_a_busy_pool(
+    seed: int, policy: str, scheduler: str, catalogue: Catalogue
+) -> None:
+    """Whatever runs, the pool draws at least every GPU idle and at most every GPU busy
+    for the window, and no more GPU-hours stand empty than the pool has."""
+    tasks, shapes, run = played(seed, policy, catalogue, scheduler)
+    pool = make_pool(run.pool.name, shapes)
+    result = replay(tasks, pool, scheduler)
+    hours = result.makespan_s / 3600
+    watts = {model: w for model, w in power_for(shapes).items() if w is not None}
+    idle = sum(s.gpus * watts[s.model.name].idle for s in shapes) * hours / 1000
+    busy = sum(s.gpus * watts[s.model.name].busy for s in shapes) * hours / 1000
+    assert result.energy_kwh is not None and result.empty_gpu_h is not None
+    assert idle - 1e-9 <= result.energy_kwh <= busy + 1e-9
+    assert 0 <= result.empty_gpu_h <= sum(s.gpus for s in shapes) * hours

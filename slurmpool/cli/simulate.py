@@ -73,6 +73,15 @@ def _hours(seconds: float) -> str:
     help="Seconds before a task the prolog requeued may start again (Slurm's credential "
     "lifetime, 120 s unless AuthInfo=cred_expire sets another).",
 )
+@click.option(
+    "--watts",
+    "watts",
+    multiple=True,
+    metavar="[MODEL=]IDLE/BUSY",
+    help="A GPU's power at idle and at full load, for the energy figures (repeatable; "
+    "without MODEL, for every model).  Default: the datasheet maximum, and 15%% of it "
+    "as an idle estimate.",
+)
 @json_option("the figures")
 def simulate(
     trace_path: str,
@@ -85,6 +94,7 @@ def simulate(
     scheduler: str,
     limit_factor: float,
     requeue_delay: int,
+    watts: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Replay a trace's GPU tasks on a modelled pool under each pooling policy and
@@ -101,6 +111,7 @@ def simulate(
     --gpus-per-node 8 --model A100-SXM4-80GB --compare whole,mig,fluid``
     """
     from slurmpool.catalogue import CatalogueError
+    from slurmpool.simulate.energy import WattsError, parse_watts, power_for
     from slurmpool.simulate.pools import PoolError, make_pool, policy_words
     from slurmpool.simulate.replay import compare
     from slurmpool.simulate.trace import TraceError, read_openb
@@ -112,9 +123,11 @@ def simulate(
         shapes = _shapes(nodes, gpus_per_node, model, policy_path, variables)
         for policy in wanted:  # a wrong policy fails before the trace is read
             make_pool(policy, shapes)
+        every, named = parse_watts(watts)
+        power = power_for(shapes, every, named)
         tasks = read_openb(trace_path)
-        results = compare(tasks, wanted, shapes, scheduler, limit_factor, requeue_delay)
-    except (CatalogueError, TraceError, PoolError) as e:
+        results = compare(tasks, wanted, shapes, scheduler, limit_factor, requeue_delay, power)
+    except (CatalogueError, TraceError, PoolError, WattsError) as e:
         usage_error(str(e))
     pool = _describe(shapes)
     if as_json:
@@ -125,6 +138,7 @@ def simulate(
                 "scheduler": scheduler,
                 "limit_factor": limit_factor,
                 "requeue_delay_s": requeue_delay,
+                "power": {m: None if w is None else w.to_json() for m, w in power.items()},
                 "results": [r.to_json() for r in results],
             }
         )
@@ -153,6 +167,32 @@ def simulate(
         )
         for r in results
     ]
+    _table(head, rows)
+    click.echo("")
+    for name, w in power.items():
+        if w is None:
+            click.echo(
+                f"energy: no power figures for {name}; give them with --watts {name}=IDLE/BUSY"
+            )
+        else:
+            click.echo(f"energy: {name} {w.idle:g} W idle, {w.busy:g} W busy ({w.source})")
+    if all(w is not None for w in power.values()):
+        _table(
+            ("policy", "energy MWh", "empty GPU-h", "empty MWh"),
+            [
+                (
+                    r.policy,
+                    f"{(r.energy_kwh or 0) / 1000:.1f}",
+                    f"{r.empty_gpu_h or 0:.0f}",
+                    f"{(r.empty_kwh or 0) / 1000:.1f}",
+                )
+                for r in results
+            ],
+        )
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Columns padded to their widest cell: the first left-aligned, the rest right."""
     widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head))]
     for row in (head, *rows):
         click.echo(

@@ -99,6 +99,7 @@ class Hold:
 
 class Pool(Protocol):
     name: str
+    shapes: list[NodeShape]
 
     @property
     def total_slices(self) -> int: ...

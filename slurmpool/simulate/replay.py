@@ -25,16 +25,18 @@ Figures: the mean and 95th-percentile wait (start - arrival), the mean wait of
 single- and multi-GPU tasks, the compute slice-hours asked for and allocated
 (a 5-slice task holds a 7g instance under ``mig``, a whole GPU under
 ``whole``), ``util`` (slice-hours asked for over the pool's slice-hours from
-the first arrival to the last completion) and the fragmentation requeues.
+the first arrival to the last completion), the fragmentation requeues, and the
+energy (:mod:`slurmpool.simulate.energy`).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from slurmpool.simulate.energy import Watts, measure_energy, power_for
 from slurmpool.simulate.pools import REQUEUED, Hold, NodeShape, Pool, make_pool
 from slurmpool.simulate.trace import Task
 
@@ -62,6 +64,10 @@ class Result:
     frag_requeues: int
     makespan_s: int
     refused: int = 0  # tasks the policy cannot run at all (mig-static: no instance holds them)
+    # Energy (energy.py); None where a GPU model's power is unknown.
+    energy_kwh: float | None = None
+    empty_gpu_h: float | None = None  # GPU-hours no task held any of
+    empty_kwh: float | None = None  # what those draw at idle: the most idle capping saves
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -83,15 +89,36 @@ def replay(
     scheduler: str = "fifo",
     limit_factor: float = 1.0,
     requeue_delay: int = REQUEUE_DELAY_S,
+    power: Mapping[str, Watts | None] | None = None,
 ) -> Result:
-    """Run ``tasks`` (in arrival order) through ``pool`` and measure the waits; a task
-    the policy cannot run at all is counted as refused and left out."""
+    """Run ``tasks`` (in arrival order) through ``pool`` and measure the waits and the
+    energy (``power`` per GPU model; slurmpool's defaults when None) from the first
+    arrival to the last completion; a task the policy cannot run at all is counted as
+    refused and left out."""
+    run, refused = _play(tasks, pool, scheduler, limit_factor, requeue_delay)
+    return _measure(run, scheduler, refused, power, _window([run]))
+
+
+def _play(
+    tasks: Sequence[Task], pool: Pool, scheduler: str, limit_factor: float, requeue_delay: int
+) -> tuple[Replay, int]:
+    """The replay of the tasks ``pool`` can run, and how many it refused."""
     for task in tasks:
         pool.check(task)
     runnable = [task for task in tasks if pool.runs(task)]
     run = Replay(pool, scheduler, limit_factor, requeue_delay)
     run.play(runnable)
-    return _measure(pool.name, scheduler, pool.total_slices, run, len(tasks) - len(runnable))
+    return run, len(tasks) - len(runnable)
+
+
+def _window(replays: Sequence[Replay]) -> tuple[int, int]:
+    """(first arrival, seconds to the last completion) over ``replays``: the time the pool
+    is powered, for the energy."""
+    runs = [r for played in replays for r in played.runs]
+    if not runs:
+        return 0, 0
+    first = min(r.task.arrival for r in runs)
+    return first, max(r.start + r.task.duration for r in runs) - first
 
 
 class Replay:
@@ -316,8 +343,14 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)])
 
 
-def _measure(policy: str, scheduler: str, total_slices: int, run: Replay, refused: int) -> Result:
-    runs = run.runs
+def _measure(
+    run: Replay,
+    scheduler: str,
+    refused: int,
+    power: Mapping[str, Watts | None] | None,
+    window: tuple[int, int],
+) -> Result:
+    pool, runs = run.pool, run.runs
     waits = [r.start - r.task.arrival for r in runs]
     single = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus == 1]
     multi = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus > 1]
@@ -325,11 +358,15 @@ def _measure(policy: str, scheduler: str, total_slices: int, run: Replay, refuse
         first = min(r.task.arrival for r in runs)
         makespan = max(r.start + r.task.duration for r in runs) - first
     else:
-        makespan = 0
+        first = makespan = 0
     asked = sum(r.hold.asked * r.task.duration for r in runs)
     held = sum(r.hold.slices * r.task.duration for r in runs)
+    total_slices = pool.total_slices
+    if power is None:
+        power = power_for(pool.shapes)
+    energy = measure_energy(pool.shapes, runs, *window, power)
     return Result(
-        policy=policy,
+        policy=pool.name,
         scheduler=scheduler,
         tasks=len(runs),
         wait_mean_s=_mean(waits),
@@ -342,6 +379,9 @@ def _measure(policy: str, scheduler: str, total_slices: int, run: Replay, refuse
         frag_requeues=run.requeues,
         makespan_s=makespan,
         refused=refused,
+        energy_kwh=energy.energy_kwh if energy else None,
+        empty_gpu_h=energy.empty_gpu_h if energy else None,
+        empty_kwh=energy.empty_kwh if energy else None,
     )
 
 
@@ -352,9 +392,14 @@ def compare(
     scheduler: str = "fifo",
     limit_factor: float = 1.0,
     requeue_delay: int = REQUEUE_DELAY_S,
+    power: Mapping[str, Watts | None] | None = None,
 ) -> list[Result]:
-    """One :class:`Result` per policy, each from a fresh pool of nodes of ``shapes``."""
-    return [
-        replay(tasks, make_pool(policy, shapes), scheduler, limit_factor, requeue_delay)
+    """One :class:`Result` per policy, each from a fresh pool of nodes of ``shapes``.  The
+    energy of each is over the same window, to the last completion under any of them: the
+    pool is powered until then whatever the policy."""
+    played = [
+        _play(tasks, make_pool(policy, shapes), scheduler, limit_factor, requeue_delay)
         for policy in policies
     ]
+    window = _window([run for run, _ in played])
+    return [_measure(run, scheduler, refused, power, window) for run, refused in played]

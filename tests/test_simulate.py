@@ -14,7 +14,7 @@ from slurmpool.cli import main
 from slurmpool.simulate.energy import Watts, WattsError, parse_watts, power_for
 from slurmpool.simulate.pools import NodeShape, PoolError, make_pool, uniform
 from slurmpool.simulate.replay import Replay, Result, compare, percentile, replay
-from slurmpool.simulate.trace import Task, TraceError, parse_openb, read_openb
+from slurmpool.simulate.trace import Task, TraceError, parse_trace, read_trace
 
 A100 = "A100-SXM4-80GB"
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
@@ -57,7 +57,7 @@ def test_a_trace_row_becomes_a_task_and_cpu_tasks_are_left_out(tmp_path: Path) -
         "p1,1000,1024,0,0,,LS,Running,0,10,0",
         "p2,1000,1024,4,1000,,LS,Running,100,100,100",
     )
-    assert read_openb(path) == [task("p2", 100, 1, gpus=4), task("p0", 500, 1000, milli=460)]
+    assert read_trace(path) == [task("p2", 100, 1, gpus=4), task("p0", 500, 1000, milli=460)]
     assert task("p0", 0, 1, milli=460).slices(7) == 4  # ceil(7 * 460 / 1000)
     assert task("p0", 0, 1, milli=1).slices(7) == 1
 
@@ -72,12 +72,12 @@ def test_a_trace_row_becomes_a_task_and_cpu_tasks_are_left_out(tmp_path: Path) -
 )
 def test_a_bad_row_is_named_by_file_line_and_column(row: str, message: str) -> None:
     with pytest.raises(TraceError, match=message):
-        list(parse_openb([HEADER, row + "\n"], "t.csv"))
+        list(parse_trace([HEADER, row + "\n"], "t.csv"))
 
 
 def test_a_file_that_is_not_a_pod_list_says_what_columns_it_needs() -> None:
     with pytest.raises(TraceError, match="no column num_gpu, gpu_milli"):
-        list(parse_openb(["name,creation_time,deletion_time\n"], "t.csv"))
+        list(parse_trace(["name,creation_time,deletion_time\n"], "t.csv"))
 
 
 # -- the scheduler --------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -59,6 +61,15 @@ from slurmpool.cli.common import EXIT_FAIL, echo_json, json_option, slurm_runner
     default=None,
     help="Also draw the heatmap PNG (needs the 'report' extra).",
 )
+@click.option(
+    "--jobs-csv",
+    "jobs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Instead of the report, write one row per GPU job that ran and ended (submit, "
+    "start, end, user, account, request, what was carved, utilisation) to this file "
+    "('-' for stdout): a trace for `slurmpool simulate --trace`.",
+)
 @click.option("--print-sacct-args", is_flag=True, help="Print the sacct arguments and exit.")
 def report(
     since: str,
@@ -73,6 +84,7 @@ def report(
     as_csv: bool,
     html_path: Path | None,
     png_path: Path | None,
+    jobs_path: Path | None,
     print_sacct_args: bool,
 ) -> None:
     """GPU-hours allocated (slice-weighted) and busy by user, account, partition,
@@ -97,9 +109,23 @@ def report(
         usage_error(str(e))
     if t1 <= t0:
         usage_error(f"--until ({until}) must be after --since ({since})")
-    args = sacct_args(sacct_time(t0), sacct_time(t1), clusters, partitions)
+    if jobs_path is not None:
+        others = {"--json": as_json, "--csv": as_csv, "--html": html_path, "--heatmap": png_path}
+        given = [name for name, value in others.items() if value]
+        if given:
+            usage_error(
+                f"--jobs-csv writes the jobs instead of the report; leave out {', '.join(given)}"
+            )
+        from slurmpool.report.jobs import jobs_sacct_args
+
+        args = jobs_sacct_args(sacct_time(t0), sacct_time(t1), clusters, partitions)
+    else:
+        args = sacct_args(sacct_time(t0), sacct_time(t1), clusters, partitions)
     if print_sacct_args:
         click.echo(" ".join(["sacct", *args]))
+        return
+    if jobs_path is not None:
+        _write_jobs(args, input_path, jobs_path, vgpu_units)
         return
     if png_path is not None:
         from slurmpool.report.heatmap import MissingExtra, require_pyplot
@@ -143,3 +169,38 @@ def report(
 
         write_png(result, png_path)
         click.echo(f"wrote {png_path}", err=True)
+
+
+def _write_jobs(args: list[str], input_path: Path | None, out: Path, vgpu_units: int) -> None:
+    """``report --jobs-csv``: the jobs of sacct (or of its saved output) as CSV rows."""
+    from slurmpool.report.jobs import job_rows, write_jobs_csv
+    from slurmpool.report.sacct import stream_sacct
+    from slurmpool.slurm.runner import SlurmCommandError
+
+    errors: list[str] = []
+    try:
+        with ExitStack() as stack:
+            if input_path is None:
+                lines: Iterable[str] = stream_sacct(slurm_runner(), args)
+            elif str(input_path) == "-":
+                lines = sys.stdin
+            else:
+                lines = stack.enter_context(open(input_path, encoding="utf-8", errors="replace"))
+            rows = job_rows(lines, vgpu_units, errors)
+            if str(out) == "-":
+                n = write_jobs_csv(rows, sys.stdout)
+            else:
+                f = stack.enter_context(open(out, "w", encoding="utf-8", newline=""))
+                n = write_jobs_csv(rows, f)
+    except SlurmCommandError as e:
+        click.echo(f"error: reading accounting failed (is slurmdbd up?): {e}", err=True)
+        raise SystemExit(EXIT_FAIL) from None
+    except OSError as e:
+        click.echo(f"error: {e.filename}: {e.strerror}", err=True)
+        raise SystemExit(EXIT_FAIL) from None
+    for line in errors[:5]:
+        click.echo(f"warning: {line}", err=True)
+    if len(errors) > 5:
+        click.echo(f"warning: {len(errors) - 5} more unreadable lines", err=True)
+    if str(out) != "-":
+        click.echo(f"wrote {out}: {n} GPU jobs", err=True)

@@ -29,7 +29,8 @@ def _hours(seconds: float) -> str:
     "trace_path",
     required=True,
     type=click.Path(dir_okay=False, exists=True),
-    help="The jobs: an openb pod list (Alibaba cluster-trace-gpu-v2023).",
+    help="The jobs: an openb pod list (Alibaba cluster-trace-gpu-v2023), or a site's own "
+    "from `slurmpool report --jobs-csv`.",
 )
 @click.option("--nodes", type=click.IntRange(min=1), help="Nodes in the pool.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs of each node.")
@@ -114,7 +115,7 @@ def simulate(
     from slurmpool.simulate.energy import WattsError, parse_watts, power_for
     from slurmpool.simulate.pools import PoolError, make_pool, policy_words
     from slurmpool.simulate.replay import compare
-    from slurmpool.simulate.trace import TraceError, read_openb
+    from slurmpool.simulate.trace import TraceError, read_trace
 
     wanted = [p.strip() for p in policies.split(",") if p.strip()]
     if not wanted:
@@ -125,7 +126,7 @@ def simulate(
             make_pool(policy, shapes)
         every, named = parse_watts(watts)
         power = power_for(shapes, every, named)
-        tasks = read_openb(trace_path)
+        tasks = read_trace(trace_path)
         results = compare(tasks, wanted, shapes, scheduler, limit_factor, requeue_delay, power)
     except (CatalogueError, TraceError, PoolError, WattsError) as e:
         usage_error(str(e))

@@ -40,7 +40,7 @@ import bisect
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol, Self
 
 from slurmpool.catalogue import CatalogueError
 from slurmpool.configgen.plan import profile_table
@@ -200,7 +200,27 @@ class WholePool(_Nodes):
         return other
 
 
-class FluidPool(_Nodes):
+class _Counted(_Nodes):
+    """A pool that counts what is free on each GPU (fluid: slices; shared: shares); a
+    hold takes ``units`` of each of its GPUs."""
+
+    free: list[list[int]]  # per node, per GPU
+
+    def occupy(self, hold: Hold) -> None:
+        for g in hold.gpus:
+            self.free[hold.node][g] -= hold.units
+
+    def release(self, hold: Hold) -> None:
+        for g in hold.gpus:
+            self.free[hold.node][g] += hold.units
+
+    def clone(self) -> Self:
+        other = copy.copy(self)
+        other.free = [list(gpus) for gpus in self.free]
+        return other
+
+
+class FluidPool(_Counted):
     name = "fluid"
 
     def __init__(self, shapes: Sequence[NodeShape]) -> None:
@@ -236,19 +256,6 @@ class FluidPool(_Nodes):
         hold = Hold(node, taken, task.gpus * full, task.gpus * full, units=full)
         self.occupy(hold)
         return hold
-
-    def occupy(self, hold: Hold) -> None:
-        for g in hold.gpus:
-            self.free[hold.node][g] -= hold.units
-
-    def release(self, hold: Hold) -> None:
-        for g in hold.gpus:
-            self.free[hold.node][g] += hold.units
-
-    def clone(self) -> FluidPool:
-        other = copy.copy(self)
-        other.free = [list(gpus) for gpus in self.free]
-        return other
 
 
 class MigPool(_Nodes):
@@ -422,7 +429,7 @@ def _carve(model: GpuModel, layout: Sequence[str]) -> list[PlacedInstance]:
     return sorted(instances, key=lambda inst: inst.placement)
 
 
-class SharedPool(_Nodes):
+class SharedPool(_Counted):
     """``shared:<shares>``: each GPU time-sliced into ``shares`` shares (Slurm shards)."""
 
     def __init__(self, shapes: Sequence[NodeShape], shares: int) -> None:
@@ -455,19 +462,6 @@ class SharedPool(_Nodes):
                 self.occupy(hold)
                 return hold
         return None
-
-    def occupy(self, hold: Hold) -> None:
-        for g in hold.gpus:
-            self.free[hold.node][g] -= hold.units
-
-    def release(self, hold: Hold) -> None:
-        for g in hold.gpus:
-            self.free[hold.node][g] += hold.units
-
-    def clone(self) -> SharedPool:
-        other = copy.copy(self)
-        other.free = [list(gpus) for gpus in self.free]
-        return other
 
 
 # The policies: name -> (what its argument is, None for none; how it makes a pool).

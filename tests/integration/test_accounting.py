@@ -14,6 +14,7 @@ by tests/test_monitor.py on a simulated H100.)
 
 from __future__ import annotations
 
+import csv
 import json
 import time
 import urllib.error
@@ -387,3 +388,46 @@ def test_report_over_these_jobs(
     assert html.startswith("<!DOCTYPE html>") and ann in html and "<svg" in html
     table = run_cli(cluster, "report", "--since", "-2h")
     assert table.returncode == 0 and ann in table.stdout and "by profile" in table.stdout
+
+
+def test_jobs_csv_over_these_jobs_replays_in_the_simulator(
+    cluster: Cluster, users: tuple[str, ...], tmp_path: Path
+) -> None:
+    """``report --jobs-csv`` over the real sacct: a row per job with what it asked for and
+    what was carved, which ``simulate --trace`` reads."""
+    ann, ben = users
+    assert set(JOBS) == {"mig", "whole", "running", "outage"}, "run the whole module"
+    wait_until_accounted(cluster, list(JOBS.values()))
+    out = tmp_path / "jobs.csv"
+    res = run_cli(cluster, "report", "--since", "-2h", "--jobs-csv", str(out))
+    assert res.returncode == 0, res.stderr
+    with open(out, newline="") as f:
+        rows = {r["job_id"]: r for r in csv.DictReader(f)}
+    mig, whole = rows[str(JOBS["mig"])], rows[str(JOBS["whole"])]
+    assert (mig["user"], mig["request"], mig["carved"]) == (ann, "vgpu=2", "2g.20gb"), mig
+    assert (mig["num_gpu"], mig["gpu_milli"]) == ("1", "285")  # 2 of 7 slices
+    assert (whole["user"], whole["request"], whole["carved"]) == (ben, "gpu=1", "gpu"), whole
+    assert (whole["num_gpu"], whole["gpu_milli"]) == ("1", "1000")
+    assert float(whole["util_mean"]) == pytest.approx(UTIL["whole"], abs=0.05)
+    for name, job in JOBS.items():
+        row = rows[str(job)]
+        assert int(row["elapsed_s"]) == _elapsed(cluster, job), (name, row)
+        assert int(row["wait_s"]) >= 0 and row["submit"] <= row["start"] <= row["end"], row
+    sim = run_cli(
+        cluster,
+        "simulate",
+        "--trace",
+        str(out),
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "3",
+        "--model",
+        "A100-SXM4-80GB",
+        "--compare",
+        "whole,fluid",
+        "--json",
+    )
+    assert sim.returncode == 0, sim.stderr
+    results = json.loads(sim.stdout)["results"]
+    assert [r["tasks"] for r in results] == [len(rows)] * 2

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from slurmpool.cli.common import (
+    EXIT_FAIL,
     echo_json,
     json_option,
     load_policy_or_exit,
@@ -83,6 +86,13 @@ def _hours(seconds: float) -> str:
     "without MODEL, for every model).  Default: the datasheet maximum, and 15%% of it "
     "as an idle estimate.",
 )
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    help="Also write the comparison as an HTML page with charts: the queue's length over "
+    "time, the mean wait by request size and the use of the pool, per policy.",
+)
 @json_option("the figures")
 def simulate(
     trace_path: str,
@@ -96,6 +106,7 @@ def simulate(
     limit_factor: float,
     requeue_delay: int,
     watts: tuple[str, ...],
+    html_path: str | None,
     as_json: bool,
 ) -> None:
     """Replay a trace's GPU tasks on a modelled pool under each pooling policy and
@@ -127,10 +138,24 @@ def simulate(
         every, named = parse_watts(watts)
         power = power_for(shapes, every, named)
         tasks = read_trace(trace_path)
-        results = compare(tasks, wanted, shapes, scheduler, limit_factor, requeue_delay, power)
+        progress = _show_progress if sys.stderr.isatty() else None
+        results = compare(
+            tasks, wanted, shapes, scheduler, limit_factor, requeue_delay, power, progress
+        )
     except (CatalogueError, TraceError, PoolError, WattsError) as e:
         usage_error(str(e))
     pool = _describe(shapes)
+    where = ", ".join(f"{p['nodes']} nodes x {p['gpus']} {p['model']}" for p in pool)
+    heading = f"{len(tasks)} GPU tasks on {where}, scheduler {scheduler}"
+    if html_path is not None:
+        from slurmpool.simulate.html import write_html
+
+        try:
+            write_html(results, f"{trace_path}: {heading}", html_path)
+        except OSError as e:
+            click.echo(f"error: {html_path}: {e.strerror}", err=True)
+            raise SystemExit(EXIT_FAIL) from None
+        click.echo(f"wrote {html_path}", err=True)
     if as_json:
         echo_json(
             {
@@ -144,8 +169,7 @@ def simulate(
             }
         )
         return
-    where = ", ".join(f"{p['nodes']} nodes x {p['gpus']} {p['model']}" for p in pool)
-    click.echo(f"{len(tasks)} GPU tasks on {where}, scheduler {scheduler}")
+    click.echo(heading)
     refused = any(r.refused for r in results)
     head: tuple[str, ...] = (
         *("policy", "tasks", "wait mean", "wait p95", "1-GPU mean", "multi mean"),
@@ -190,6 +214,14 @@ def simulate(
                 for r in results
             ],
         )
+
+
+def _show_progress(policy: str, done: int, total: int) -> None:
+    """One line on the terminal, rewritten as the replay goes, cleared when it ends."""
+    if done >= total:
+        click.echo("\r\033[K", nl=False, err=True)
+    else:
+        click.echo(f"\r{policy}: {done}/{total} tasks arrived", nl=False, err=True)
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from slurmpool.report.aggregate import DIMENSIONS, Bucket, PoolReport, gpu_hours
 
-_CSS = """
+CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}
 td,th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:right}
@@ -20,11 +20,11 @@ h2{margin-top:1.5em} .note{color:#666;font-size:90%}
 """
 
 
-def _e(text: object) -> str:
+def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _when(t: float) -> str:
+def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
 
@@ -46,7 +46,7 @@ def bar_chart(rows: list[tuple[str, Bucket]], width: int = 640) -> str:
     ]
     for i, (key, b) in enumerate(rows):
         y = gap + i * (bar_h + gap)
-        parts.append(f'<text x="0" y="{y + 12}" font-size="12">{_e(key[:24])}</text>')
+        parts.append(f'<text x="0" y="{y + 12}" font-size="12">{esc(key[:24])}</text>')
         parts.append(
             f'<rect x="{label_w}" y="{y}" width="{b.alloc_h * scale:.1f}" '
             f'height="{bar_h}" fill="#9ecae1"><title>{gpu_hours(b.alloc_h)} GPU-h allocated'
@@ -59,7 +59,7 @@ def bar_chart(rows: list[tuple[str, Bucket]], width: int = 640) -> str:
         )
         parts.append(
             f'<text x="{label_w + b.alloc_h * scale + 4:.1f}" y="{y + 12}" '
-            f'font-size="11">{b.alloc_h:.1f} h, {_e(_util(b))}</text>'
+            f'font-size="11">{b.alloc_h:.1f} h, {esc(_util(b))}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -86,18 +86,18 @@ def heatmap_svg(report: PoolReport, cell: int = 10) -> str:
     ]
     for i, (name, line) in enumerate(zip(rows, grid, strict=True)):
         y = i * cell
-        parts.append(f'<text x="0" y="{y + cell - 1}" font-size="{cell - 1}">{_e(name)}</text>')
+        parts.append(f'<text x="0" y="{y + cell - 1}" font-size="{cell - 1}">{esc(name)}</text>')
         for j, v in enumerate(line):
             tip = "no data" if v is None else f"{v:.0f}%"
             parts.append(
                 f'<rect x="{label_w + j * cell}" y="{y}" width="{cell}" height="{cell}" '
-                f'fill="{_color(v)}"><title>{_e(name)} {_when(hours[j])}: {tip}</title></rect>'
+                f'fill="{_color(v)}"><title>{esc(name)} {when(hours[j])}: {tip}</title></rect>'
             )
     step = max(1, len(hours) // 8)
     for j in range(0, len(hours), step):
         parts.append(
             f'<text x="{label_w + j * cell}" y="{len(rows) * cell + 14}" '
-            f'font-size="10">{_e(_when(hours[j]))}</text>'
+            f'font-size="10">{esc(when(hours[j]))}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -106,13 +106,13 @@ def heatmap_svg(report: PoolReport, cell: int = 10) -> str:
 def _group_table(dim: str, table: dict[str, Bucket]) -> str:
     rows = sorted(table.items(), key=lambda kv: kv[1].alloc_h, reverse=True)
     body = "".join(
-        f"<tr><td>{_e(k)}</td><td>{gpu_hours(b.alloc_h)}</td><td>{gpu_hours(b.busy_h)}</td>"
-        f"<td>{_e(_util(b))}</td><td>{b.jobs}</td><td>{b.requeues}</td></tr>"
+        f"<tr><td>{esc(k)}</td><td>{gpu_hours(b.alloc_h)}</td><td>{gpu_hours(b.busy_h)}</td>"
+        f"<td>{esc(_util(b))}</td><td>{b.jobs}</td><td>{b.requeues}</td></tr>"
         for k, b in rows
     )
     return (
-        f"<h2>By {_e(dim)}</h2>{bar_chart(rows[:25])}"
-        f"<table><tr><th>{_e(dim)}</th><th>GPU-h allocated</th><th>GPU-h busy</th>"
+        f"<h2>By {esc(dim)}</h2>{bar_chart(rows[:25])}"
+        f"<table><tr><th>{esc(dim)}</th><th>GPU-h allocated</th><th>GPU-h busy</th>"
         f"<th>utilisation</th><th>jobs</th><th>requeues</th></tr>{body}</table>"
     )
 
@@ -120,7 +120,7 @@ def _group_table(dim: str, table: dict[str, Bucket]) -> str:
 def render(report: PoolReport, title: str = "slurmpool GPU pool report") -> str:
     t = report.total
     wasters = "".join(
-        f"<tr><td>{_e(w.job_id)}</td><td>{_e(w.user)}</td><td>{_e(w.account)}</td>"
+        f"<tr><td>{esc(w.job_id)}</td><td>{esc(w.user)}</td><td>{esc(w.account)}</td>"
         f"<td>{gpu_hours(w.idle_h)}</td><td>{gpu_hours(w.alloc_h)}</td>"
         f"<td>{'n/a' if w.util is None else f'{w.util:.0f}%'}</td></tr>"
         for w in report.top_jobs
@@ -129,12 +129,12 @@ def render(report: PoolReport, title: str = "slurmpool GPU pool report") -> str:
         _group_table(dim, report.groups[dim]) for dim in DIMENSIONS if report.groups.get(dim)
     )
     return (
-        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_e(title)}</title>'
-        f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
-        f"<p>{_e(_when(report.since))} to {_e(_when(report.until))}: {report.records} records, "
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>"
+        f"<p>{esc(when(report.since))} to {esc(when(report.until))}: {report.records} records, "
         f"{t.jobs} jobs, {t.requeues} requeues. <b>{gpu_hours(t.alloc_h)}</b> GPU-hours allocated "
         f"(slice-weighted: a 2g instance of 7 counts 2/7), <b>{gpu_hours(t.busy_h)}</b> busy of "
-        f"{gpu_hours(t.measured_h)} measured ({_e(_util(t))}).</p>"
+        f"{gpu_hours(t.measured_h)} measured ({esc(_util(t))}).</p>"
         '<p class="note">Utilisation counts only devices that can measure it; MIG instances '
         "on GPUs without GPM (Ampere) are allocated but not measured.</p>"
         f"<h2>Utilisation per device and hour</h2>{heatmap_svg(report)}"

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 
 from slurmpool.simulate.energy import Watts, measure_energy, power_for
 from slurmpool.simulate.pools import REQUEUED, Hold, NodeShape, Pool, make_pool
+from slurmpool.simulate.series import QueueSeries, WaitsBySize
 from slurmpool.simulate.trace import Task
 
 SCHEDULERS = ("fifo", "backfill")
@@ -68,6 +69,9 @@ class Result:
     energy_kwh: float | None = None
     empty_gpu_h: float | None = None  # GPU-hours no task held any of
     empty_kwh: float | None = None  # what those draw at idle: the most idle capping saves
+    # (size, tasks, mean wait s) per request size, and (second, mean queue length) per bin
+    waits_by_size: list[tuple[str, int, float]] = field(default_factory=list)
+    queue: list[tuple[int, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -99,15 +103,29 @@ def replay(
     return _measure(run, scheduler, refused, power, _window([run]))
 
 
+# Hears (policy, tasks arrived, tasks in all) now and then while a replay runs.
+Progress = Callable[[str, int, int], None]
+
+
 def _play(
-    tasks: Sequence[Task], pool: Pool, scheduler: str, limit_factor: float, requeue_delay: int
+    tasks: Sequence[Task],
+    pool: Pool,
+    scheduler: str,
+    limit_factor: float,
+    requeue_delay: int,
+    progress: Progress | None = None,
 ) -> tuple[Replay, int]:
     """The replay of the tasks ``pool`` can run, and how many it refused."""
     for task in tasks:
         pool.check(task)
     runnable = [task for task in tasks if pool.runs(task)]
     run = Replay(pool, scheduler, limit_factor, requeue_delay)
-    run.play(runnable)
+    if progress is None:
+        run.play(runnable)
+    else:
+        name, total = pool.name, len(runnable)
+        run.play(runnable, lambda done: progress(name, done, total))
+        progress(name, total, total)
     return run, len(tasks) - len(runnable)
 
 
@@ -155,11 +173,22 @@ class Replay:
         self.queue: list[Task] = []
         self.runs: list[Run] = []
         self.requeues = 0
+        self.series = QueueSeries(0, 1)  # the queue's length over time, from play()
 
-    def play(self, tasks: Sequence[Task]) -> None:
+    def play(self, tasks: Sequence[Task], progress: Callable[[int], None] | None = None) -> None:
+        """Replay ``tasks``; ``progress`` hears how many have arrived, now and then."""
         i = 0
+        if tasks:
+            self.series = QueueSeries.over(tasks[0].arrival, tasks[-1].arrival)
+        last = tasks[0].arrival if tasks else 0
+        step, told = max(1, len(tasks) // 200), 0
         while i < len(tasks) or self.running or self.wakeups:
             now = self._next(tasks[i].arrival if i < len(tasks) else None)
+            self.series.add(last, now, len(self.queue))
+            last = now
+            if progress is not None and i - told >= step:
+                progress(i)
+                told = i
             due: list[Task] = []
             if self.wakeups and self.wakeups[0] == now:
                 heapq.heappop(self.wakeups)
@@ -365,6 +394,9 @@ def _measure(
     if power is None:
         power = power_for(pool.shapes)
     energy = measure_energy(pool.shapes, runs, *window, power)
+    by_size = WaitsBySize(pool.shapes[0].slices)
+    for r, w in zip(runs, waits, strict=True):
+        by_size.add(r.task, w)
     return Result(
         policy=pool.name,
         scheduler=scheduler,
@@ -382,6 +414,8 @@ def _measure(
         energy_kwh=energy.energy_kwh if energy else None,
         empty_gpu_h=energy.empty_gpu_h if energy else None,
         empty_kwh=energy.empty_kwh if energy else None,
+        waits_by_size=by_size.rows(),
+        queue=run.series.points(),
     )
 
 
@@ -393,12 +427,13 @@ def compare(
     limit_factor: float = 1.0,
     requeue_delay: int = REQUEUE_DELAY_S,
     power: Mapping[str, Watts | None] | None = None,
+    progress: Progress | None = None,
 ) -> list[Result]:
     """One :class:`Result` per policy, each from a fresh pool of nodes of ``shapes``.  The
     energy of each is over the same window, to the last completion under any of them: the
     pool is powered until then whatever the policy."""
     played = [
-        _play(tasks, make_pool(policy, shapes), scheduler, limit_factor, requeue_delay)
+        _play(tasks, make_pool(policy, shapes), scheduler, limit_factor, requeue_delay, progress)
         for policy in policies
     ]
     window = _window([run for run, _ in played])

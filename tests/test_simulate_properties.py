@@ -191,3 +191,32 @@ def test_energy_lies_between_an_idle_and_a_busy_pool(
     assert result.energy_kwh is not None and result.empty_gpu_h is not None
     assert idle - 1e-9 <= result.energy_kwh <= busy + 1e-9
     assert 0 <= result.empty_gpu_h <= sum(s.gpus for s in shapes) * hours
+
+
+@pytest.mark.parametrize("delay", [0, 30, 120])
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_counting_tries_on_an_unchanged_pool_changes_nothing(
+    seed: int, scheduler: str, delay: int, catalogue: Catalogue
+) -> None:
+    """The replay counts the tries of a requeued task that meet the pool that requeued
+    it; trying each one, as Slurm does, gives the same starts and the same count.  The
+    traces are crowded with fractions on a grid of 30 s, so that requeues, arrivals,
+    completions and tries meet in the same seconds."""
+    rng = random.Random(seed)
+    shapes = [NodeShape(rng.randint(1, 2), catalogue.get("A100-SXM4-80GB"))] * rng.randint(1, 2)
+    tasks = sorted(
+        (
+            Task(f"t{n}", 30 * rng.randrange(40), 30 * rng.randint(1, 20), 1, rng.randint(1, 999))
+            for n in range(rng.randint(40, 160))
+        ),
+        key=lambda t: t.arrival,
+    )
+    fast = Replay(make_pool("mig", shapes), scheduler, requeue_delay=delay)
+    fast.play(tasks)
+    slow = Replay(make_pool("mig", shapes), scheduler, requeue_delay=delay, shortcut=False)
+    slow.play(tasks)
+    assert [(r.task.name, r.start, r.hold.node) for r in fast.runs] == [
+        (r.task.name, r.start, r.hold.node) for r in slow.runs
+    ]
+    assert fast.requeues == slow.requeues

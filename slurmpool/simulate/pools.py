@@ -267,6 +267,8 @@ class MigPool(_Nodes):
         self.gpus = [[GpuOccupancy(g, s.model) for g in range(s.gpus)] for s in self.shapes]
         self._tables = {s.model.name: profile_table(s.model) for s in self.shapes}
         self._requests: dict[tuple[str, int, int], tuple[int, tuple[str, ...]]] = {}
+        # Per node: instance lists its slices were too fragmented for, as they are now.
+        self._misfits: list[set[tuple[str, ...]]] = [set() for _ in self.shapes]
 
     def _request(self, shape: NodeShape, task: Task) -> tuple[int, tuple[str, ...]]:
         """(vgpu units Slurm counts, the instances the prolog carves) for ``task``: the
@@ -290,8 +292,11 @@ class MigPool(_Nodes):
                 break
         else:
             return None
+        if profiles in self._misfits[node]:
+            return REQUEUED
         choices = plan_instances(self.gpus[node], profiles)
         if choices is None:
+            self._misfits[node].add(profiles)
             return REQUEUED  # Slurm's count fitted; the node's slices are fragmented
         placed = tuple(
             (choice.gpu_index, PlacedInstance(profile, choice.placement))
@@ -305,12 +310,14 @@ class MigPool(_Nodes):
 
     def occupy(self, hold: Hold) -> None:
         self.units[hold.node] -= hold.units
+        self._misfits[hold.node].clear()
         for g, inst in hold.instances:
             gpu = self.gpus[hold.node][g]
             self.gpus[hold.node][g] = GpuOccupancy(gpu.index, gpu.model, (*gpu.instances, inst))
 
     def release(self, hold: Hold) -> None:
         self.units[hold.node] += hold.units
+        self._misfits[hold.node].clear()
         for g, inst in hold.instances:
             gpu = self.gpus[hold.node][g]
             left = list(gpu.instances)
@@ -321,6 +328,7 @@ class MigPool(_Nodes):
         other = copy.copy(self)  # shares the rounding tables and caches
         other.units = list(self.units)
         other.gpus = [list(gpus) for gpus in self.gpus]
+        other._misfits = [set(misfits) for misfits in self._misfits]
         return other
 
 

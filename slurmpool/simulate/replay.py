@@ -149,7 +149,10 @@ class Replay:
         scheduler: str = "fifo",
         limit_factor: float = 1.0,
         requeue_delay: int = REQUEUE_DELAY_S,
+        shortcut: bool = True,
     ) -> None:
+        """``shortcut=False`` tries every requeued task at every try, as Slurm does; the
+        default counts the tries that meet an unchanged pool (same figures, faster)."""
         if scheduler not in SCHEDULERS:
             raise ValueError(f"no scheduler {scheduler!r}; expected one of {', '.join(SCHEDULERS)}")
         if limit_factor < 1:
@@ -163,10 +166,12 @@ class Replay:
         self.backfill = scheduler == "backfill"
         self.limit_factor = limit_factor
         self.requeue_delay = requeue_delay
-        self.held: dict[Task, int] = {}  # a requeued task -> the second it may start again
+        # Tables keyed by id(task): the generated hash of a Task builds a tuple of its fields,
+        # and these are looked up millions of times.
+        self.held: dict[int, int] = {}  # a requeued task -> the second it may start again
         self.due: dict[int, list[Task]] = {}  # that second -> the tasks held until then
         self.wakeups: list[int] = []  # those seconds: a heap
-        self.order: dict[Task, int] = {}  # a task -> its place in the trace
+        self.order: dict[int, int] = {}  # a task -> its place in the trace
         # The standing backfill reservation: (head, its second, the pool then).
         self.reservation: tuple[Task | None, float, Pool | None] = (None, math.inf, None)
         self.running: list[tuple[int, int, Run]] = []  # (end, sequence, run): a heap
@@ -174,6 +179,15 @@ class Replay:
         self.runs: list[Run] = []
         self.requeues = 0
         self.series = QueueSeries(0, 1)  # the queue's length over time, from play()
+        # The pool's state, counted: a start or a completion changes it.  A requeued task
+        # tried again on an unchanged pool is requeued again (what Slurm and the prolog
+        # decide depends on nothing else), so it is counted, not replayed (see _requeue).
+        self.shortcut = shortcut
+        self.version = 0
+        self.tried: dict[int, int] = {}  # a requeued task -> the version it was tried on
+        self.settled = 0  # how many of those were tried on the pool as it is now
+        self.requeued_now: list[Task] = []  # requeued in the second being replayed
+        self.next_arrival: float = math.inf
 
     def play(self, tasks: Sequence[Task], progress: Callable[[int], None] | None = None) -> None:
         """Replay ``tasks``; ``progress`` hears how many have arrived, now and then."""
@@ -197,28 +211,31 @@ class Replay:
             while self.running and self.running[0][0] == now:
                 done = heapq.heappop(self.running)[2]
                 self.pool.release(done.hold)
+                self._changed()
                 done.end = now
                 ended = True
             arrived = i < len(tasks) and tasks[i].arrival == now
             if self.backfill:
                 while i < len(tasks) and tasks[i].arrival == now:
-                    self.order[tasks[i]] = i
+                    self.order[id(tasks[i])] = i
                     self.queue.append(tasks[i])
                     i += 1
                 if ended or arrived:
                     self._backfill(now)
                 elif due:
                     self._retry(due, now)
-                continue
-            if ended:
-                self._scan(now)
-            elif due:
-                self._retry(due, now)
-            while i < len(tasks) and tasks[i].arrival == now:
-                self.order[tasks[i]] = i
-                if self._start(tasks[i], now) is not STARTED:
-                    self.queue.append(tasks[i])
-                i += 1
+            else:
+                if ended:
+                    self._scan(now)
+                elif due:
+                    self._retry(due, now)
+                while i < len(tasks) and tasks[i].arrival == now:
+                    self.order[id(tasks[i])] = i
+                    if self._start(tasks[i], now) is not STARTED:
+                        self.queue.append(tasks[i])
+                    i += 1
+            self.next_arrival = tasks[i].arrival if i < len(tasks) else math.inf
+            self._hold_requeued(now)
 
     def _next(self, arrival: int | None) -> int:
         """The second of the next event: a completion, an arrival or a requeued task
@@ -234,32 +251,70 @@ class Replay:
         )
 
     def _start(self, task: Task, now: int) -> str | None:
+        if self.shortcut and self.tried.get(id(task)) == self.version:
+            self._requeue(task, now)  # the same node, as fragmented as before
+            return REQUEUED
         got = self.pool.try_start(task)
         if got is None:
             return None
         if got == REQUEUED:
-            self.requeues += 1
-            if self.requeue_delay:
-                again = now + self.requeue_delay
-                self.held[task] = again
-                if again not in self.due:
-                    self.due[again] = []
-                    heapq.heappush(self.wakeups, again)
-                self.due[again].append(task)
+            self._requeue(task, now)
             return REQUEUED
         assert isinstance(got, Hold)
+        self.tried.pop(id(task), None)
+        self._changed()
         run = Run(task, now, got)
         heapq.heappush(self.running, (now + task.duration, len(self.runs), run))
         self.runs.append(run)
         return STARTED
+
+    def _changed(self) -> None:
+        """The pool changed: every requeued task may fare otherwise at its next try."""
+        self.version += 1
+        self.settled = 0
+
+    def _requeue(self, task: Task, now: int) -> None:
+        """Count ``task``'s requeue; it is held back once the second is over."""
+        self.requeues += 1
+        if self.tried.get(id(task)) != self.version:
+            self.settled += 1
+        self.tried[id(task)] = self.version
+        if self.requeue_delay:
+            self.requeued_now.append(task)
+
+    def _hold_requeued(self, now: int) -> None:
+        """Hold the tasks requeued in second ``now`` back ``requeue_delay`` seconds.  A task
+        requeued on the pool as it is now meets the same pool at each try every
+        ``requeue_delay`` seconds until the pool can next change (a completion or an
+        arrival: nothing else starts a task), and is requeued each time: those tries are
+        counted at once, and the task is held to its first try after that.  Not while a
+        requeued task tried on an older pool waits for its next try: that one may start."""
+        if not self.requeued_now:
+            return
+        delay = self.requeue_delay
+        change = min(self.next_arrival, self.running[0][0] if self.running else math.inf)
+        if self.settled < len(self.tried) or not self.shortcut:
+            change = now  # some may start at their next try: no skipping
+        for task in self.requeued_now:
+            tries = 1
+            if now < change < math.inf:  # (every requeued task was tried on this pool)
+                tries = max(1, math.ceil((change - now) / delay))
+                self.requeues += tries - 1
+            again = now + delay * tries
+            self.held[id(task)] = again
+            if again not in self.due:
+                self.due[again] = []
+                heapq.heappush(self.wakeups, again)
+            self.due[again].append(task)
+        self.requeued_now.clear()
 
     def _retry(self, due: list[Task], now: int) -> None:
         """Try the requeued tasks that may start again now, in queue order, when nothing
         else changed since the last scan (what did not fit then still does not).  Under
         backfill they are held to the standing reservation."""
         started = set()
-        for task in sorted(due, key=self.order.__getitem__):
-            if self.held.get(task) != now:
+        for task in sorted(due, key=lambda t: self.order[id(t)]):
+            if self.held.get(id(task)) != now:
                 continue  # started, or requeued again, since
             head, shadow, then = self.reservation
             if self.backfill and head is not None:
@@ -267,9 +322,9 @@ class Replay:
             else:
                 ok = self._start(task, now) is STARTED
             if ok:
-                started.add(task)
+                started.add(id(task))
         if started:
-            self.queue = [t for t in self.queue if t not in started]
+            self.queue = [t for t in self.queue if id(t) not in started]
 
     def _scan(self, now: int) -> None:
         """Start every queued task that fits, in order.  A demand that did not fit is not
@@ -278,7 +333,7 @@ class Replay:
         refused: set[tuple[int, int]] = set()
         for task in self.queue:
             key = (task.gpus, task.milli)
-            if key in refused or self.held.get(task, 0) > now:
+            if key in refused or self.held.get(id(task), 0) > now:
                 left.append(task)
                 continue
             outcome = self._start(task, now)
@@ -302,7 +357,7 @@ class Replay:
         refused: set[tuple[int, int]] = set()
         for task in self.queue:
             key = (task.gpus, task.milli)
-            if self.held.get(task, 0) > now or key in refused:
+            if self.held.get(id(task), 0) > now or key in refused:
                 left.append(task)
                 continue
             if head is None:
@@ -326,6 +381,8 @@ class Replay:
     ) -> str | None:
         """Start ``task`` now if that does not delay ``head``'s reservation at ``shadow``.
         As :meth:`_start` says (None: it does not fit now), or :data:`HELD_BACK`."""
+        if self.shortcut and self.tried.get(id(task)) == self.version:
+            return self._start(task, now)  # requeued again, as on this same pool before
         trial = self.pool.clone().try_start(task)
         if trial is None:
             return None

@@ -45,6 +45,14 @@ def _frame(y_top: float, y_label: str) -> list[str]:
     return parts
 
 
+def _x_label(x: float, text: str) -> str:
+    """A label under the x axis, centred on ``x``."""
+    return (
+        f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 14}" font-size="10" text-anchor="middle">'
+        f"{esc(text)}</text>"
+    )
+
+
 def queue_chart(results: Sequence[Result]) -> str:
     """Tasks waiting over time, one line per policy; x in days from the first arrival."""
     series = [r.queue for r in results if r.queue]
@@ -67,10 +75,7 @@ def queue_chart(results: Sequence[Result]) -> str:
     days = (t1 - t0) / 86400
     for k in range(5):
         x = LEFT + plot_w * k / 4
-        parts.append(
-            f'<text x="{x:.1f}" y="{plot_h + 14}" font-size="10" text-anchor="middle">'
-            f"day {days * k / 4:.0f}</text>"
-        )
+        parts.append(_x_label(x, f"day {days * k / 4:.0f}"))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -97,10 +102,7 @@ def wait_chart(results: Sequence[Result]) -> str:
                 f'height="{h:.1f}" fill="{_color(i)}"><title>{esc(r.policy)}, {esc(size)}: '
                 f"{by[size]:.2f} h</title></rect>"
             )
-        parts.append(
-            f'<text x="{x0 + group / 2:.1f}" y="{plot_h + 14}" font-size="10" '
-            f'text-anchor="middle">{esc(size)}</text>'
-        )
+        parts.append(_x_label(x0 + group / 2, size))
     parts.append("</svg>")
     return "".join(parts)
 

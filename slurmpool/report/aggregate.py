@@ -125,7 +125,19 @@ class _Hour:
             return None
 
 
-def _tres_count(tres: str, key: str) -> int:
+def summary_devices(comment: str) -> list[IndexEntry] | None:
+    """The devices of the slurmpool summary in a job's AdminComment, from its clear-text
+    index (None: the comment has no summary).  ValueError when it cannot be read."""
+    if PREFIX not in comment:
+        return None
+    index = index_of(comment)
+    if index is None:
+        raise ValueError("no ':<payload>' after the index")
+    return parse_index(index)
+
+
+def tres_count(tres: str, key: str) -> int:
+    """The count of ``key`` (``gres/gpu=``) in a TRES string, 0 when absent."""
     i = tres.find(key)
     if i < 0:
         return 0
@@ -179,13 +191,8 @@ class Aggregator:
 
     def _devices(self, job_id: str, comment: str) -> list[IndexEntry] | None:
         """Devices of a job from its summary's clear-text index (None: no usable summary)."""
-        if PREFIX not in comment:
-            return None
-        index = index_of(comment)
         try:
-            if index is None:
-                raise ValueError("no ':<payload>' after the index")
-            entries = parse_index(index)
+            entries = summary_devices(comment)
         except ValueError as e:
             self.bad_comments += 1
             if len(self.errors) < 20:
@@ -267,9 +274,9 @@ class Aggregator:
         hours = (e - s) / 3600.0
         devices = self._devices(job_id, comment) if comment else None
         if devices is None:
-            gpus = _tres_count(tres, "gres/gpu=")
+            gpus = tres_count(tres, "gres/gpu=")
             # Shares of a shared GPU are allocated as shards (job_submit.lua).
-            vgpus = _tres_count(tres, "gres/vgpu=") + _tres_count(tres, "gres/shard=")
+            vgpus = tres_count(tres, "gres/vgpu=") + tres_count(tres, "gres/shard=")
             if not gpus and not vgpus:
                 self.skipped += 1  # not a GPU job
                 return

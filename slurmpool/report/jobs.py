@@ -20,8 +20,7 @@ from dataclasses import astuple, dataclass, fields
 from datetime import datetime
 from typing import TextIO
 
-from slurmpool.accounting.codec import PREFIX, index_of
-from slurmpool.accounting.summary import IndexEntry, parse_index
+from slurmpool.report.aggregate import summary_devices, tres_count
 
 JOB_FIELDS: tuple[str, ...] = (
     "JobIDRaw",
@@ -97,7 +96,7 @@ def job_rows(
             if start in NOT_A_TIME or end in NOT_A_TIME:
                 continue  # never ran, or still runs
             request = _gpu_request(p[10])
-            devices = _devices(p[11])
+            devices = summary_devices(p[11]) or []
             if not request and not devices:
                 continue  # not a GPU job
             t_submit, t_start = _epoch(submit), _epoch(start)
@@ -108,7 +107,12 @@ def job_rows(
             if len(errors) < 100:
                 errors.append(f"sacct line {lineno}: {e}: {line[:80]!r}")
             continue
-        weight = sum(d[5] for d in devices) if devices else _weight_of(request, max(1, vgpu_units))
+        if devices:
+            weight = sum(d[5] for d in devices)
+        else:  # as the report weighs it: whole GPUs, and vgpu units or shards of a GPU
+            tres = p[10]
+            vgpus = tres_count(tres, "gres/vgpu=") + tres_count(tres, "gres/shard=")
+            weight = tres_count(tres, "gres/gpu=") + vgpus / max(1, vgpu_units)
         utils = [d[6] for d in devices if d[6] is not None]
         num_gpu, milli = simulator_request(weight)
         yield JobRow(
@@ -156,26 +160,6 @@ def write_jobs_csv(rows: Iterable[JobRow], out: TextIO) -> int:
 def _gpu_request(tres: str) -> str:
     """The GPU entries of AllocTRES, without the ``gres/`` prefix, '+'-joined."""
     return "+".join(e[5:] for e in tres.split(",") if e.startswith(GPU_TRES))
-
-
-def _weight_of(request: str, vgpu_units: int) -> float:
-    """GPUs a request without a summary holds: whole GPUs, or units of ``vgpu_units``."""
-    weight = 0.0
-    for entry in request.split("+") if request else ():
-        name, _, count = entry.partition("=")
-        n = int(count) if count.isdigit() else 0
-        weight += n if name == "gpu" else n / vgpu_units
-    return weight
-
-
-def _devices(comment: str) -> list[IndexEntry]:
-    """The devices of a slurmpool summary in ``comment``, or none."""
-    if PREFIX not in comment:
-        return []
-    index = index_of(comment)
-    if index is None:
-        raise ValueError("an AdminComment summary without its ':<payload>'")
-    return parse_index(index)
 
 
 def _epoch(text: str) -> int:

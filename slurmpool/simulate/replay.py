@@ -181,7 +181,7 @@ class Replay:
         self.series = QueueSeries(0, 1)  # the queue's length over time, from play()
         # The pool's state, counted: a start or a completion changes it.  A requeued task
         # tried again on an unchanged pool is requeued again (what Slurm and the prolog
-        # decide depends on nothing else), so it is counted, not replayed (see _requeue).
+        # decide depends on nothing else), so it is counted, not replayed (_hold_requeued).
         self.shortcut = shortcut
         self.version = 0
         self.tried: dict[int, int] = {}  # a requeued task -> the version it was tried on
@@ -440,11 +440,7 @@ def _measure(
     waits = [r.start - r.task.arrival for r in runs]
     single = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus == 1]
     multi = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus > 1]
-    if runs:
-        first = min(r.task.arrival for r in runs)
-        makespan = max(r.start + r.task.duration for r in runs) - first
-    else:
-        first = makespan = 0
+    makespan = _window([run])[1]
     asked = sum(r.hold.asked * r.task.duration for r in runs)
     held = sum(r.hold.slices * r.task.duration for r in runs)
     total_slices = pool.total_slices

@@ -13,7 +13,7 @@ from slurmpool.catalogue import Catalogue
 from slurmpool.cli import main
 from slurmpool.simulate.energy import Watts, WattsError, parse_watts, power_for
 from slurmpool.simulate.pools import NodeShape, PoolError, make_pool, uniform
-from slurmpool.simulate.replay import Replay, Result, compare, percentile, replay
+from slurmpool.simulate.replay import Replay, Result, compare, replay
 from slurmpool.simulate.trace import Task, TraceError, parse_trace, read_trace
 
 A100 = "A100-SXM4-80GB"
@@ -119,7 +119,7 @@ def test_a_multi_gpu_task_needs_its_gpus_on_one_node(catalogue: Catalogue) -> No
 
 def waits_of(catalogue: Catalogue, tasks: list[Task], scheduler: str) -> list[int]:
     pool = make_pool("whole", uniform(1, 2, catalogue.get(A100)))
-    replayed = Replay(pool, scheduler)
+    replayed = Replay(pool, scheduler, keep_runs=True)
     replayed.play(tasks)
     return [r.start - r.task.arrival for r in sorted(replayed.runs, key=lambda r: r.task.name)]
 
@@ -139,7 +139,7 @@ def test_backfill_trusts_limits_not_durations(catalogue: Catalogue) -> None:
     at 100 and b starts then); c's limit ends at 102, before 200, so c backfills."""
     tasks = [task("a", 0, 100), task("b", 1, 10, gpus=2), task("c", 2, 50)]
     pool = make_pool("whole", uniform(1, 2, catalogue.get(A100)))
-    replayed = Replay(pool, "backfill", limit_factor=2)
+    replayed = Replay(pool, "backfill", limit_factor=2, keep_runs=True)
     replayed.play(tasks)
     starts = {r.task.name: r.start for r in replayed.runs}
     assert starts == {"a": 0, "b": 100, "c": 2}
@@ -221,7 +221,7 @@ def test_a_static_layout_per_gpu_the_last_repeating(catalogue: Catalogue) -> Non
     pool = make_pool("mig-static:7g/4g+3g", uniform(1, 3, catalogue.get(A100)))
     assert pool.name == "mig-static:7g/4g+3g"
     tasks = [task("a", 0, 100), task("b", 0, 10), task("c", 0, 1, milli=500), task("d", 0, 1, 2)]
-    replayed = Replay(pool)
+    replayed = Replay(pool, keep_runs=True)
     replayed.play([t for t in tasks if pool.runs(t)])
     starts = {r.task.name: (r.start, r.hold.gpus) for r in replayed.runs}
     assert starts == {"a": (0, (0,)), "b": (100, (0,)), "c": (0, (1,))}
@@ -261,7 +261,7 @@ def test_shares_of_one_gpu_come_from_the_first_gpu_with_enough(catalogue: Catalo
         task("d", 5, 10),
     ]
     pool = make_pool("shared:4", uniform(1, 2, catalogue.get(A100)))
-    replayed = Replay(pool)
+    replayed = Replay(pool, keep_runs=True)
     replayed.play(tasks)
     placed = {r.task.name: (r.start, r.hold.gpus, r.hold.units) for r in replayed.runs}
     assert placed == {
@@ -345,13 +345,6 @@ def test_the_command_asks_for_power_it_does_not_know(trace: Path) -> None:
     assert all(r["energy_kwh"] > 0 for r in data["results"])
     wrong = CliRunner().invoke(main, [*args, "--model", A100, "--watts", "400/60"])
     assert wrong.exit_code != 0 and "--watts '400/60': expected" in wrong.output
-
-
-def test_nearest_rank_percentile() -> None:
-    assert percentile([], 95) == 0
-    assert percentile([5.0], 95) == 5
-    assert percentile(list(range(1, 101)), 95) == 95
-    assert percentile([1.0, 2.0], 50) == 1
 
 
 # -- the command -------------------------------------------------------------------------

@@ -58,18 +58,25 @@ def random_case(
     return tasks, shapes
 
 
-def played(
-    seed: int, policy: str, catalogue: Catalogue, scheduler: str = "fifo"
-) -> tuple[list[Task], list[NodeShape], Replay]:
+def drawn(seed: int, policy: str, catalogue: Catalogue) -> tuple[list[Task], list[NodeShape], str]:
+    """A random case for ``policy``: its tasks, its nodes and the policy's spec (with a
+    layout drawn for ``mig-static``)."""
     static = policy == "mig-static"
     tasks, shapes = random_case(seed, catalogue, one_model=static)
     if static:
         most = max(s.gpus for s in shapes)
         fit = [lay for lay in LAYOUTS[shapes[0].slices] if lay.count("/") < most]
         policy += ":" + random.Random(seed).choice(fit)
-    pool = make_pool(policy, shapes)
+    return tasks, shapes, policy
+
+
+def played(
+    seed: int, policy: str, catalogue: Catalogue, scheduler: str = "fifo"
+) -> tuple[list[Task], list[NodeShape], Replay]:
+    tasks, shapes, spec = drawn(seed, policy, catalogue)
+    pool = make_pool(spec, shapes)
     tasks = [t for t in tasks if pool.runs(t)]
-    run = Replay(pool, scheduler)
+    run = Replay(pool, scheduler, keep_runs=True)
     run.play(tasks)
     return tasks, shapes, run
 
@@ -169,7 +176,7 @@ def test_on_a_pool_big_enough_nobody_waits(
 ) -> None:
     tasks, shapes = random_case(seed, catalogue)
     big = shapes * len(tasks)  # a node of its own for every task
-    run = Replay(make_pool(policy, big), scheduler)
+    run = Replay(make_pool(policy, big), scheduler, keep_runs=True)
     run.play(tasks)
     assert all(r.start == r.task.arrival for r in run.runs)
     assert run.requeues == 0
@@ -212,9 +219,11 @@ def test_counting_tries_on_an_unchanged_pool_changes_nothing(
         ),
         key=lambda t: t.arrival,
     )
-    fast = Replay(make_pool("mig", shapes), scheduler, requeue_delay=delay)
+    fast = Replay(make_pool("mig", shapes), scheduler, requeue_delay=delay, keep_runs=True)
     fast.play(tasks)
-    slow = Replay(make_pool("mig", shapes), scheduler, requeue_delay=delay, shortcut=False)
+    slow = Replay(
+        make_pool("mig", shapes), scheduler, requeue_delay=delay, shortcut=False, keep_runs=True
+    )
     slow.play(tasks)
     assert [(r.task.name, r.start, r.hold.node) for r in fast.runs] == [
         (r.task.name, r.start, r.hold.node) for r in slow.runs

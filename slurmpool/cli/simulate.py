@@ -221,7 +221,7 @@ def _show_progress(policy: str, done: int, total: int) -> None:
     if done >= total:
         click.echo("\r\033[K", nl=False, err=True)
     else:
-        click.echo(f"\r{policy}: {done}/{total} tasks arrived", nl=False, err=True)
+        click.echo(f"\r{policy}: {done}/{total} tasks read", nl=False, err=True)
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

@@ -18,24 +18,12 @@ energy is unknown, never guessed.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from slurmpool.simulate.pools import Hold, NodeShape
-    from slurmpool.simulate.trace import Task
-
-
-class Run(Protocol):
-    """A task's run as the replay records it (:class:`slurmpool.simulate.replay.Run`)."""
-
-    task: Task
-    start: int
-    hold: Hold
-    end: int | None
+    from slurmpool.simulate.pools import NodeShape
 
 
 IDLE_SHARE = 0.15  # the idle estimate: this share of the board's maximum power
@@ -124,43 +112,22 @@ class Energy:
 
 def measure_energy(
     shapes: Sequence[NodeShape],
-    runs: Sequence[Run],
-    first: int,
+    occupied_gpu_s: Sequence[float],
+    asked_gpu_s: Sequence[float],
     span: int,
     power: Mapping[str, Watts | None],
 ) -> Energy | None:
-    """The pool's energy over ``span`` seconds from ``first``; None when a model's power
-    is unknown."""
+    """The pool's energy over ``span`` seconds, from what its nodes' GPUs did in them
+    (per node: the GPU-seconds in which a task held the GPU, and the GPU-seconds of
+    compute the tasks asked for); None when a model's power is unknown."""
     if any(power.get(s.model.name) is None for s in shapes):
         return None
-    held: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-    asked_gpu_s = [0.0] * len(shapes)  # per node: GPU-seconds of compute asked for
-    for r in runs:
-        assert r.end is not None, "measured before the run ended"
-        node = r.hold.node
-        asked_gpu_s[node] += r.hold.asked / shapes[node].slices * r.task.duration
-        for g in r.hold.gpus:
-            held[node, g].append((r.start, r.end))
-    occupied = [0] * len(shapes)  # per node: GPU-seconds in which a task held the GPU
-    for (node, _), spans in held.items():
-        occupied[node] += _union(spans, first, first + span)
     joules = empty_j = empty_s = 0.0
     for node, shape in enumerate(shapes):
         watts = power[shape.model.name]
         assert watts is not None
-        empty = shape.gpus * span - occupied[node]
+        empty = shape.gpus * span - occupied_gpu_s[node]
         joules += shape.gpus * span * watts.idle + (watts.busy - watts.idle) * asked_gpu_s[node]
         empty_j += empty * watts.idle
         empty_s += empty
     return Energy(joules / 3.6e6, empty_s / 3600, empty_j / 3.6e6)
-
-
-def _union(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
-    """Seconds within [lo, hi) covered by any of ``spans``."""
-    total, reach = 0, lo
-    for start, end in sorted(spans):
-        start, end = max(start, reach), min(end, hi)
-        if end > start:
-            total += end - start
-            reach = end
-    return total

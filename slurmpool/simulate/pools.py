@@ -266,32 +266,33 @@ class MigPool(_Nodes):
         self.units = [s.gpus * s.slices for s in self.shapes]  # free vgpu units, per node
         self.gpus = [[GpuOccupancy(g, s.model) for g in range(s.gpus)] for s in self.shapes]
         self._tables = {s.model.name: profile_table(s.model) for s in self.shapes}
-        self._requests: dict[tuple[str, int, int], tuple[int, tuple[str, ...]]] = {}
+        # (GPUs, thousandths) -> per node: (vgpu units Slurm counts, instances carved).
+        self._requests: dict[tuple[int, int], list[tuple[int, tuple[str, ...]]]] = {}
         # Per node: instance lists its slices were too fragmented for, as they are now.
         self._misfits: list[set[tuple[str, ...]]] = [set() for _ in self.shapes]
 
     def _request(self, shape: NodeShape, task: Task) -> tuple[int, tuple[str, ...]]:
-        """(vgpu units Slurm counts, the instances the prolog carves) for ``task``: the
-        request rounded up as job_submit.lua does (vgpu:5 -> vgpu:7)."""
-        key = (shape.model.name, task.gpus, task.milli)
-        known = self._requests.get(key)
-        if known is not None:
-            return known
+        """(vgpu units Slurm counts, the instances the prolog carves) for ``task`` on a node
+        of ``shape``: the request rounded up as job_submit.lua does (vgpu:5 -> vgpu:7)."""
         table = self._tables[shape.model.name]
         units = shape.demand(task)
         if units < shape.slices:
             units = shape.model.gi_profile(table[str(units)]).slices
-        request = units, mig_profiles(units, shape.slices, lambda n: table.get(str(n)))
-        self._requests[key] = request
-        return request
+        return units, mig_profiles(units, shape.slices, lambda n: table.get(str(n)))
 
     def try_start(self, task: Task) -> Hold | Literal["requeued"] | None:
-        for node, shape in enumerate(self.shapes):
-            units, profiles = self._request(shape, task)
-            if self.units[node] >= units:
+        key = (task.gpus, task.milli)
+        requests = self._requests.get(key)
+        if requests is None:
+            requests = self._requests[key] = [self._request(s, task) for s in self.shapes]
+        free = self.units
+        for node, request in enumerate(requests):
+            if free[node] >= request[0]:
                 break
         else:
             return None
+        units, profiles = request
+        shape = self.shapes[node]
         if profiles in self._misfits[node]:
             return REQUEUED
         choices = plan_instances(self.gpus[node], profiles)

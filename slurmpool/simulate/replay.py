@@ -26,19 +26,23 @@ single- and multi-GPU tasks, the compute slice-hours asked for and allocated
 (a 5-slice task holds a 7g instance under ``mig``, a whole GPU under
 ``whole``), ``util`` (slice-hours asked for over the pool's slice-hours from
 the first arrival to the last completion), the fragmentation requeues, and the
-energy (:mod:`slurmpool.simulate.energy`).
+energy (:mod:`slurmpool.simulate.energy`).  They are added up as the replay goes
+(:mod:`slurmpool.simulate.tally`): a replay of tasks read from an iterator holds the
+tasks waiting and running, never those done, so a million tasks replay in the memory
+of the queue.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from slurmpool.simulate.energy import Watts, measure_energy, power_for
 from slurmpool.simulate.pools import REQUEUED, Hold, NodeShape, Pool, make_pool
-from slurmpool.simulate.series import QueueSeries, WaitsBySize
+from slurmpool.simulate.series import QueueSeries
+from slurmpool.simulate.tally import Tally
 from slurmpool.simulate.trace import Task
 
 SCHEDULERS = ("fifo", "backfill")
@@ -88,7 +92,7 @@ class Run:
 
 
 def replay(
-    tasks: Sequence[Task],
+    tasks: Iterable[Task],
     pool: Pool,
     scheduler: str = "fifo",
     limit_factor: float = 1.0,
@@ -98,50 +102,57 @@ def replay(
     """Run ``tasks`` (in arrival order) through ``pool`` and measure the waits and the
     energy (``power`` per GPU model; slurmpool's defaults when None) from the first
     arrival to the last completion; a task the policy cannot run at all is counted as
-    refused and left out."""
-    run, refused = _play(tasks, pool, scheduler, limit_factor, requeue_delay)
-    return _measure(run, scheduler, refused, power, _window([run]))
+    refused and left out.  ``tasks`` may be an iterator: the replay keeps none of them
+    once it is done."""
+    run = _play(tasks, pool, scheduler, limit_factor, requeue_delay)
+    return _measure(run, scheduler, power, _window([run]))
 
 
-# Hears (policy, tasks arrived, tasks in all) now and then while a replay runs.
+# Hears (policy, tasks read, tasks in all or 0 when not known) now and then while a replay
+# runs, and (policy, n, n) when it is done.
 Progress = Callable[[str, int, int], None]
 
 
 def _play(
-    tasks: Sequence[Task],
+    tasks: Iterable[Task],
     pool: Pool,
     scheduler: str,
     limit_factor: float,
     requeue_delay: int,
     progress: Progress | None = None,
-) -> tuple[Replay, int]:
-    """The replay of the tasks ``pool`` can run, and how many it refused."""
-    for task in tasks:
-        pool.check(task)
-    runnable = [task for task in tasks if pool.runs(task)]
+) -> Replay:
+    """The replay of ``tasks`` through ``pool``.  A list is checked whole before it is
+    replayed (an impossible task fails at once); an iterator as it is read."""
+    total = None
+    if isinstance(tasks, Sequence):
+        for task in tasks:
+            pool.check(task)
+        total = len(tasks)
     run = Replay(pool, scheduler, limit_factor, requeue_delay)
     if progress is None:
-        run.play(runnable)
+        run.play(tasks, total=total)
     else:
-        name, total = pool.name, len(runnable)
-        run.play(runnable, lambda done: progress(name, done, total))
-        progress(name, total, total)
-    return run, len(tasks) - len(runnable)
+        name = pool.name
+        run.play(tasks, lambda done: progress(name, done, total or 0), total)
+        read = run.arrived + run.refused
+        progress(name, read, read)
+    return run
 
 
 def _window(replays: Sequence[Replay]) -> tuple[int, int]:
     """(first arrival, seconds to the last completion) over ``replays``: the time the pool
     is powered, for the energy."""
-    runs = [r for played in replays for r in played.runs]
-    if not runs:
+    windows = [w for played in replays if (w := played.tally.window()) is not None]
+    if not windows:
         return 0, 0
-    first = min(r.task.arrival for r in runs)
-    return first, max(r.start + r.task.duration for r in runs) - first
+    first = min(w[0] for w in windows)
+    return first, max(w[1] for w in windows) - first
 
 
 class Replay:
-    """The replay of one trace through one pool: :attr:`runs` in start order and the
-    fragmentation :attr:`requeues`, once :meth:`play` returns."""
+    """The replay of one trace through one pool: its :attr:`tally` and the fragmentation
+    :attr:`requeues` once :meth:`play` returns, and with ``keep_runs`` every
+    :class:`Run` in start order (:attr:`runs`: memory that grows with the trace)."""
 
     def __init__(
         self,
@@ -150,6 +161,7 @@ class Replay:
         limit_factor: float = 1.0,
         requeue_delay: int = REQUEUE_DELAY_S,
         shortcut: bool = True,
+        keep_runs: bool = False,
     ) -> None:
         """``shortcut=False`` tries every requeued task at every try, as Slurm does; the
         default counts the tries that meet an unchanged pool (same figures, faster)."""
@@ -171,12 +183,17 @@ class Replay:
         self.held: dict[int, int] = {}  # a requeued task -> the second it may start again
         self.due: dict[int, list[Task]] = {}  # that second -> the tasks held until then
         self.wakeups: list[int] = []  # those seconds: a heap
-        self.order: dict[int, int] = {}  # a task -> its place in the trace
+        self.order: dict[int, int] = {}  # a waiting task -> its place in the trace
         # The standing backfill reservation: (head, its second, the pool then).
         self.reservation: tuple[Task | None, float, Pool | None] = (None, math.inf, None)
         self.running: list[tuple[int, int, Run]] = []  # (end, sequence, run): a heap
         self.queue: list[Task] = []
-        self.runs: list[Run] = []
+        self.tally = Tally(pool.shapes)
+        self.keep_runs = keep_runs
+        self.runs: list[Run] = []  # with keep_runs
+        self.started = 0
+        self.arrived = 0  # tasks read that the pool can run
+        self.refused = 0  # and that it cannot (Pool.runs)
         self.requeues = 0
         self.series = QueueSeries(0, 1)  # the queue's length over time, from play()
         # The pool's state, counted: a start or a completion changes it.  A requeued task
@@ -189,20 +206,31 @@ class Replay:
         self.requeued_now: list[Task] = []  # requeued in the second being replayed
         self.next_arrival: float = math.inf
 
-    def play(self, tasks: Sequence[Task], progress: Callable[[int], None] | None = None) -> None:
-        """Replay ``tasks``; ``progress`` hears how many have arrived, now and then."""
-        i = 0
-        if tasks:
-            self.series = QueueSeries.over(tasks[0].arrival, tasks[-1].arrival)
-        last = tasks[0].arrival if tasks else 0
-        step, told = max(1, len(tasks) // 200), 0
-        while i < len(tasks) or self.running or self.wakeups:
-            now = self._next(tasks[i].arrival if i < len(tasks) else None)
+    def play(
+        self,
+        tasks: Iterable[Task],
+        progress: Callable[[int], None] | None = None,
+        total: int | None = None,
+    ) -> None:
+        """Replay ``tasks``, in arrival order; a task the pool cannot run at all is counted
+        in :attr:`refused`.  ``progress`` hears how many have been read, now and then
+        (``total``: how many there are, when known)."""
+        arrivals = self._arrivals(tasks)
+        nxt = next(arrivals, None)
+        if nxt is not None:
+            if isinstance(tasks, Sequence):
+                self.series = QueueSeries.over(nxt.arrival, tasks[-1].arrival)
+            else:  # an end not known yet: bins that widen as the replay goes
+                self.series = QueueSeries(nxt.arrival, 1)
+        last = nxt.arrival if nxt is not None else 0
+        step, told = max(1, (total or 2_000_000) // 200), 0
+        while nxt is not None or self.running or self.wakeups:
+            now = self._next(nxt.arrival if nxt is not None else None)
             self.series.add(last, now, len(self.queue))
             last = now
-            if progress is not None and i - told >= step:
-                progress(i)
-                told = i
+            if progress is not None and self.arrived + self.refused - told >= step:
+                told = self.arrived + self.refused
+                progress(told)
             due: list[Task] = []
             if self.wakeups and self.wakeups[0] == now:
                 heapq.heappop(self.wakeups)
@@ -211,15 +239,15 @@ class Replay:
             while self.running and self.running[0][0] == now:
                 done = heapq.heappop(self.running)[2]
                 self.pool.release(done.hold)
+                self.tally.ended(done.hold, now)
                 self._changed()
                 done.end = now
                 ended = True
-            arrived = i < len(tasks) and tasks[i].arrival == now
+            arrived = nxt is not None and nxt.arrival == now
             if self.backfill:
-                while i < len(tasks) and tasks[i].arrival == now:
-                    self.order[id(tasks[i])] = i
-                    self.queue.append(tasks[i])
-                    i += 1
+                while nxt is not None and nxt.arrival == now:
+                    self.queue.append(nxt)
+                    nxt = next(arrivals, None)
                 if ended or arrived:
                     self._backfill(now)
                 elif due:
@@ -229,13 +257,34 @@ class Replay:
                     self._scan(now)
                 elif due:
                     self._retry(due, now)
-                while i < len(tasks) and tasks[i].arrival == now:
-                    self.order[id(tasks[i])] = i
-                    if self._start(tasks[i], now) is not STARTED:
-                        self.queue.append(tasks[i])
-                    i += 1
-            self.next_arrival = tasks[i].arrival if i < len(tasks) else math.inf
+                while nxt is not None and nxt.arrival == now:
+                    if self._start(nxt, now) is not STARTED:
+                        self.queue.append(nxt)
+                    nxt = next(arrivals, None)
+            self.next_arrival = nxt.arrival if nxt is not None else math.inf
             self._hold_requeued(now)
+
+    def _arrivals(self, tasks: Iterable[Task]) -> Iterator[Task]:
+        """The tasks the pool can run, each given its place in the trace; an iterator's
+        tasks are checked as they come (a list's were by :func:`replay`)."""
+        checked = isinstance(tasks, Sequence)
+        previous: Task | None = None
+        for task in tasks:
+            if previous is not None and task.arrival < previous.arrival:
+                raise ValueError(
+                    f"task {task.name} arrives at {task.arrival}, before task {previous.name} "
+                    f"({previous.arrival}) which comes before it: expected the tasks in "
+                    "arrival order"
+                )
+            previous = task
+            if not checked:
+                self.pool.check(task)
+            if not self.pool.runs(task):
+                self.refused += 1
+                continue
+            self.order[id(task)] = self.arrived
+            self.arrived += 1
+            yield task
 
     def _next(self, arrival: int | None) -> int:
         """The second of the next event: a completion, an arrival or a requeued task
@@ -251,21 +300,31 @@ class Replay:
         )
 
     def _start(self, task: Task, now: int) -> str | None:
-        if self.shortcut and self.tried.get(id(task)) == self.version:
-            self._requeue(task, now)  # the same node, as fragmented as before
+        key = id(task)
+        tried = self.tried.get(key)
+        if tried == self.version and self.shortcut:
+            self.requeues += 1  # the same node, as fragmented as before
+            if self.requeue_delay:
+                self.requeued_now.append(task)
             return REQUEUED
         got = self.pool.try_start(task)
         if got is None:
             return None
         if got == REQUEUED:
-            self._requeue(task, now)
+            self._requeue(task, key, tried)
             return REQUEUED
         assert isinstance(got, Hold)
-        self.tried.pop(id(task), None)
+        # Done with the task's entries: a later task may be given the same id.
+        self.tried.pop(key, None)
+        self.held.pop(key, None)
+        self.order.pop(key, None)
         self._changed()
         run = Run(task, now, got)
-        heapq.heappush(self.running, (now + task.duration, len(self.runs), run))
-        self.runs.append(run)
+        heapq.heappush(self.running, (now + task.duration, self.started, run))
+        self.started += 1
+        self.tally.started(task, now, got)
+        if self.keep_runs:
+            self.runs.append(run)
         return STARTED
 
     def _changed(self) -> None:
@@ -273,12 +332,13 @@ class Replay:
         self.version += 1
         self.settled = 0
 
-    def _requeue(self, task: Task, now: int) -> None:
-        """Count ``task``'s requeue; it is held back once the second is over."""
+    def _requeue(self, task: Task, key: int, tried: int | None) -> None:
+        """Count the requeue of ``task`` (``key``: its id), last tried on pool version
+        ``tried``; it is held back once the second is over."""
         self.requeues += 1
-        if self.tried.get(id(task)) != self.version:
+        if tried != self.version:
             self.settled += 1
-        self.tried[id(task)] = self.version
+        self.tried[key] = self.version
         if self.requeue_delay:
             self.requeued_now.append(task)
 
@@ -295,27 +355,31 @@ class Replay:
         change = min(self.next_arrival, self.running[0][0] if self.running else math.inf)
         if self.settled < len(self.tried) or not self.shortcut:
             change = now  # some may start at their next try: no skipping
+        tries = 1
+        if now < change < math.inf:  # (every requeued task was tried on this pool)
+            tries = max(1, math.ceil((change - now) / delay))
+            self.requeues += (tries - 1) * len(self.requeued_now)
+        again = now + delay * tries
+        held = self.held
         for task in self.requeued_now:
-            tries = 1
-            if now < change < math.inf:  # (every requeued task was tried on this pool)
-                tries = max(1, math.ceil((change - now) / delay))
-                self.requeues += tries - 1
-            again = now + delay * tries
-            self.held[id(task)] = again
-            if again not in self.due:
-                self.due[again] = []
-                heapq.heappush(self.wakeups, again)
-            self.due[again].append(task)
-        self.requeued_now.clear()
+            held[id(task)] = again
+        if again in self.due:
+            self.due[again].extend(self.requeued_now)
+        else:
+            self.due[again] = self.requeued_now
+            heapq.heappush(self.wakeups, again)
+        self.requeued_now = []
 
     def _retry(self, due: list[Task], now: int) -> None:
         """Try the requeued tasks that may start again now, in queue order, when nothing
         else changed since the last scan (what did not fit then still does not).  Under
         backfill they are held to the standing reservation."""
         started = set()
-        for task in sorted(due, key=lambda t: self.order[id(t)]):
-            if self.held.get(id(task)) != now:
-                continue  # started, or requeued again, since
+        held, order = self.held, self.order
+        # In queue order; not those started, or requeued again, since they were held.
+        ready = [(order[key], task) for task in due if held.get(key := id(task)) == now]
+        ready.sort()
+        for _, task in ready:
             head, shadow, then = self.reservation
             if self.backfill and head is not None:
                 ok = self._backfills(task, now, head, shadow, then) is STARTED
@@ -417,59 +481,41 @@ def _fits_beside(then: Pool, hold: Hold, head: Task) -> bool:
     return isinstance(trial.try_start(head), Hold)
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank ``q`` percentile (0 < q <= 100) of ``values``; 0 for none."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return float(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)])
-
-
 def _measure(
     run: Replay,
     scheduler: str,
-    refused: int,
     power: Mapping[str, Watts | None] | None,
     window: tuple[int, int],
 ) -> Result:
-    pool, runs = run.pool, run.runs
-    waits = [r.start - r.task.arrival for r in runs]
-    single = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus == 1]
-    multi = [w for w, r in zip(waits, runs, strict=True) if r.task.gpus > 1]
+    pool, tally = run.pool, run.tally
     makespan = _window([run])[1]
-    asked = sum(r.hold.asked * r.task.duration for r in runs)
-    held = sum(r.hold.slices * r.task.duration for r in runs)
-    total_slices = pool.total_slices
     if power is None:
         power = power_for(pool.shapes)
-    energy = measure_energy(pool.shapes, runs, *window, power)
-    by_size = WaitsBySize(pool.shapes[0].slices)
-    for r, w in zip(runs, waits, strict=True):
-        by_size.add(r.task, w)
+    energy = measure_energy(pool.shapes, tally.occupied_gpu_s, tally.asked_gpu_s, window[1], power)
     return Result(
         policy=pool.name,
         scheduler=scheduler,
-        tasks=len(runs),
-        wait_mean_s=_mean(waits),
-        wait_p95_s=percentile(waits, 95),
-        wait_mean_single_s=_mean(single),
-        wait_mean_multi_s=_mean(multi),
-        requested_slice_h=asked / 3600,
-        allocated_slice_h=held / 3600,
-        util=asked / (total_slices * makespan) if makespan else 0.0,
+        tasks=tally.tasks,
+        wait_mean_s=tally.wait_s / tally.tasks if tally.tasks else 0.0,
+        wait_p95_s=tally.waits.percentile(95),
+        wait_mean_single_s=_share(*tally.single),
+        wait_mean_multi_s=_share(*tally.multi),
+        requested_slice_h=tally.asked_slice_s / 3600,
+        allocated_slice_h=tally.held_slice_s / 3600,
+        util=tally.asked_slice_s / (pool.total_slices * makespan) if makespan else 0.0,
         frag_requeues=run.requeues,
         makespan_s=makespan,
-        refused=refused,
+        refused=run.refused,
         energy_kwh=energy.energy_kwh if energy else None,
         empty_gpu_h=energy.empty_gpu_h if energy else None,
         empty_kwh=energy.empty_kwh if energy else None,
-        waits_by_size=by_size.rows(),
+        waits_by_size=tally.by_size.rows(),
         queue=run.series.points(),
     )
+
+
+def _share(count: int, total: float) -> float:
+    return total / count if count else 0.0
 
 
 def compare(
@@ -489,5 +535,5 @@ def compare(
         _play(tasks, make_pool(policy, shapes), scheduler, limit_factor, requeue_delay, progress)
         for policy in policies
     ]
-    window = _window([run for run, _ in played])
-    return [_measure(run, scheduler, refused, power, window) for run, refused in played]
+    window = _window(played)
+    return [_measure(run, scheduler, power, window) for run in played]

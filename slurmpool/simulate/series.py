@@ -13,7 +13,9 @@ BINS = 300  # time bins over the trace's arrivals (the drain after them adds mor
 
 class QueueSeries:
     """The time-weighted mean length of the queue in bins of ``width`` seconds from
-    ``origin``."""
+    ``origin``.  Past ``2 * BINS`` bins (a long drain, or a trace whose end was not known
+    at the start) neighbouring bins are merged and the width doubles, so the series stays
+    between :data:`BINS` and twice that long."""
 
     def __init__(self, origin: int, width: int) -> None:
         self.origin = origin
@@ -30,6 +32,9 @@ class QueueSeries:
         if end <= start:
             return
         last = (end - 1 - self.origin) // self.width
+        while last >= 2 * BINS:
+            self._fold()
+            last = (end - 1 - self.origin) // self.width
         if last >= len(self.sums):
             self.sums.extend([0.0] * (last + 1 - len(self.sums)))
         if not length:
@@ -40,6 +45,11 @@ class QueueSeries:
             edge = min(end, self.origin + (k + 1) * self.width)
             self.sums[k] += length * (edge - t)
             t = edge
+
+    def _fold(self) -> None:
+        sums = self.sums + [0.0] * (len(self.sums) % 2)
+        self.sums = [sums[k] + sums[k + 1] for k in range(0, len(sums), 2)]
+        self.width *= 2
 
     def points(self) -> list[tuple[int, float]]:
         """(bin start, mean queue length in it), in order."""

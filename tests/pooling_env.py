@@ -57,9 +57,14 @@ exit 0
 """
 
 FAKE_SQUEUE = """#!/bin/sh
-# Records every call; prints the job's allocation line (or AdminComment line) if set.
+# Records every call; prints the job's allocation line (or AdminComment line, or state
+# and ExcNodeList) if set.
 printf 'squeue %s\\n' "$*" >> "{calls}"
-case "$5" in *AdminComment*) f="{jobs}/$3.comment" ;; *) f="{jobs}/$3.alloc" ;; esac
+case "$5" in
+  *AdminComment*) f="{jobs}/$3.comment" ;;
+  *%x*) f="{jobs}/$3.exclusions" ;;
+  *) f="{jobs}/$3.alloc" ;;
+esac
 if [ -f "$f" ]; then cat "$f"; fi
 exit 0
 """
@@ -118,6 +123,11 @@ class Pool:
         jobs.mkdir(exist_ok=True)
         (jobs / f"{job_id}.alloc").write_text(squeue_line(job_id, vgpu, gres=gres))
         (jobs / f"{job_id}.comment").write_text(f"{job_id}|{admin_comment or '(null)'}|\n")
+        self.set_exclusions(job_id, "COMPLETING", "(null)")  # as it is right after a requeue
+
+    def set_exclusions(self, job_id: str, state: str, nodes: str) -> None:
+        """What ``squeue -o '%T|%x'`` prints for the job: its state and ExcNodeList."""
+        (self.bin_dir / "jobs" / f"{job_id}.exclusions").write_text(f"{state}|{nodes}\n")
 
     def set_json(self, job_id: str, text: str) -> None:
         """What ``scontrol show job --json ID`` prints for the job."""

@@ -329,12 +329,23 @@ def test_no_room_requeues_and_exits_zero(pool: Pool) -> None:
         assert store.requeue_count() == 1
         assert store.for_job("201") == []
     assert len(pool.instances()) == 2  # nothing of the requeued job is left
+    # Job 200 holds the slices: 201 is kept off the node until 200's epilog frees them.
+    assert pool.calls[-1] == f"update jobid=201 ExcNodeList={NODE}"
+    assert "action=excluded " in err
+    with pool.store() as store:
+        assert store.exclusions() == ["201"]
+    pool.set_exclusions("201", "PENDING", f"login1,{NODE}")  # what slurmctld now holds
+    rc, _, err = pool.hook("epilog", pool.env("200", vgpu=14))
+    assert rc == 0, err
+    assert pool.calls[-1] == "update jobid=201 ExcNodeList=login1"
+    assert "action=readmitted " in err
 
 
 def test_unservable_request_is_held_not_drained(pool: Pool) -> None:
     rc, _, err = pool.hook("prolog", pool.env("202", vgpu=9))
     assert rc == 0, err
     assert "requeuehold 202" in pool.calls
+    assert not any("ExcNodeList" in c for c in pool.calls)  # held, not kept off
 
 
 @pytest.mark.parametrize("point", ["before-create-gi", "after-create-gi", "after-create-ci"])
@@ -662,6 +673,7 @@ def test_passthrough_refuse_policy_requeues(tmp_path: Path) -> None:
         rc, _, err = pool.hook("prolog", pool.env("1001", SLURM_JOB_GPUS="0"))
         assert rc == 0, err
         assert "requeue 1001" in pool.calls
+        assert not any("ExcNodeList" in c for c in pool.calls)  # busy, not fragmented
         assert stray.poll() is None
     finally:
         stray.kill()

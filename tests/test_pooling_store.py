@@ -33,8 +33,9 @@ def test_migrates_from_core_schema_1(tmp_path: Path) -> None:
     path = tmp_path / "n.sqlite"
     _v1_database(path)
     with NodeStore(path) as store:
-        assert store.schema_version() == 3
+        assert store.schema_version() == 4
         assert store.meta("boot_id") is None
+        assert store.exclusions() == []
         [old] = store.live()
         assert (old.job_id, old.owner_pid, old.details) == ("7", None, {})
         with store.transaction():
@@ -56,6 +57,15 @@ def test_migrates_from_core_schema_1(tmp_path: Path) -> None:
         new = store.get(aid)
         assert (new.owner_pid, new.details) == (None, {"health": {"nvml": "ok"}})
         assert store.requeue_count("8") == 0
+        with store.transaction():
+            store.add_exclusion("9")
+            store.add_exclusion("8")
+            store.add_exclusion("9")  # again: one entry, its time renewed
+        assert store.exclusions() == ["8", "9"]
+        with store.transaction():
+            store.drop_exclusion("8")
+            store.drop_exclusion("404")
+        assert store.exclusions() == ["9"]
 
 
 def test_open_node_store_is_root_only(tmp_path: Path) -> None:

@@ -94,9 +94,12 @@ def prolog(ctx: HookContext) -> int:
         return 1
     from slurmpool.pooling.prolog import run_prolog
 
-    env = ctx.env
-    deadline = node.deadline
-    version = ctx.config.slurm_version
+    return run_prolog(node, job, ctx.env, _slurm(ctx, node), after_kill=ctx.after_kill)
+
+
+def _slurm(ctx: HookContext, node: Node) -> Callable[[], SlurmJobs]:
+    """Makes the hook's Slurm access when it is first needed, within the hook's budget."""
+    env, deadline, version = ctx.env, node.deadline, ctx.config.slurm_version
 
     def slurm() -> SlurmJobs:
         from slurmpool.pooling.slurmjob import SlurmJobs
@@ -108,7 +111,7 @@ def prolog(ctx: HookContext) -> int:
             scontrol_json = False  # squeue -O reads the allocation on every version
         return SlurmJobs.from_env(env, scontrol_json=scontrol_json, deadline=deadline)
 
-    return run_prolog(node, job, env, slurm, after_kill=ctx.after_kill)
+    return slurm
 
 
 def task_prolog(ctx: HookContext) -> int:
@@ -141,7 +144,7 @@ def epilog(ctx: HookContext) -> int:
         return 0
     from slurmpool.pooling.epilog import run_epilog
 
-    return run_epilog(node, job)
+    return run_epilog(node, job, _slurm(ctx, node))
 
 
 def epilog_slurmctld(ctx: HookContext) -> int:

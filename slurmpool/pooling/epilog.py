@@ -21,17 +21,26 @@ from slurmpool.state.store import ACTIVE, RELEASED, RELEASING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from slurmpool.pooling.node import Job, Node
+    from slurmpool.pooling.slurmjob import SlurmJobs
     from slurmpool.state.store import Allocation
 
+    SlurmFactory = Callable[[], SlurmJobs]
 
-def run_epilog(node: Node, job: Job) -> int:
-    """The epilog; returns its exit status (1 only for a broken node)."""
+
+def run_epilog(node: Node, job: Job, slurm: SlurmFactory | None = None) -> int:
+    """The epilog; returns its exit status (1 only for a broken node).  With ``slurm``,
+    a node that freed slices takes itself out of the ExcNodeList of the jobs it
+    requeued (:mod:`slurmpool.pooling.exclude`)."""
     try:
         _summarise(node, job)
-        rc = _release(node, job)
+        freed = _release(node, job)
         _remove_fence(node, job)
-        return rc
+        if freed and slurm is not None:
+            _readmit(node, slurm)
+        return 0
     except StoreBusy as e:
         # Busy, not broken: the next hook's reconcile gives the job's GPUs back.
         ended.mark(node.run_dir, job.job_id)
@@ -75,6 +84,7 @@ def _summarise(node: Node, job: Job) -> None:
 
 
 def _release(node: Node, job: Job) -> int:
+    """Give back the job's allocations; how many were given back."""
     log = node.log
     removed = jobfile.remove(node.run_dir, job.job_id)
     if not node.has_store():
@@ -117,7 +127,16 @@ def _release(node: Node, job: Job) -> int:
     if any(not _owned_by_live(node, a) for a in leftovers) or ended.jobs(node.run_dir):
         for line in reconcile(node):
             log.event("reconciled", job=job.job_id, detail=line)
-    return 0
+    return len(mine) - len(stuck)
+
+
+def _readmit(node: Node, slurm: SlurmFactory) -> None:
+    store = node.store()
+    if not store.exclusions():
+        return
+    from slurmpool.pooling.exclude import readmit
+
+    readmit(node.name, slurm(), store, node.log)
 
 
 def _after_mps(node: Node, job: Job, released: list[Allocation]) -> None:

@@ -69,6 +69,11 @@ class NoRoom(Exception):
     """Not now: the job goes back to the queue."""
 
 
+class Fragmented(NoRoom):
+    """Not now, and not here until a job on this node ends and frees slices: the job is
+    kept off the node until then (:mod:`slurmpool.pooling.exclude`)."""
+
+
 class NeverHere(Exception):
     """Not on this node, ever (a request job_submit.lua should have refused)."""
 
@@ -205,7 +210,8 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
             _shared(node, job, req.count, shard_gpu)
     except (NoRoom, NeverHere, NoRoomError) as e:  # NoRoomError: an unrecorded instance
         _undo_job(node, job, "requeued")
-        return _requeue(node, job, slurm, str(e), isinstance(e, NeverHere))
+        hold, exclude = isinstance(e, NeverHere), isinstance(e, Fragmented)
+        return _requeue(node, job, slurm, str(e), hold=hold, exclude=exclude)
     except BaseException:
         _undo_job(node, job, "prolog failed")
         raise
@@ -218,12 +224,20 @@ def _after_kill(node: Node, job: Job, slurm: SlurmFactory) -> int:
     for line in reconcile(node):  # the dead run's intents: their owner is gone
         node.log.event("reconciled", job=job.job_id, detail=line)
     _undo_job(node, job, "prolog killed half-way")  # and what it had made active
-    return _requeue(node, job, slurm, "the prolog was killed half-way", False)
+    return _requeue(node, job, slurm, "the prolog was killed half-way")
 
 
-def _requeue(node: Node, job: Job, slurm: SlurmFactory, reason: str, hold: bool) -> int:
-    """Send the job back to the queue (held when ``hold``); 0 whatever Slurm answers:
-    a job Slurm would not requeue runs without GPUs here and fails on its own."""
+def _requeue(
+    node: Node,
+    job: Job,
+    slurm: SlurmFactory,
+    reason: str,
+    hold: bool = False,
+    exclude: bool = False,
+) -> int:
+    """Send the job back to the queue (held when ``hold``) and, with ``exclude`` (no room
+    here now), keep it off this node until the node frees slices; 0 whatever Slurm
+    answers: a job Slurm would not requeue runs without GPUs here and fails on its own."""
     from slurmpool.pooling.requeue import requeue_job
 
     jobs = slurm()
@@ -232,6 +246,10 @@ def _requeue(node: Node, job: Job, slurm: SlurmFactory, reason: str, hold: bool)
         node.log.event(
             "not-requeued", level="error", job=job.job_id, detail="the job runs without GPUs"
         )
+    elif exclude:
+        from slurmpool.pooling.exclude import exclude_here
+
+        exclude_here(node.name, job.job_id, jobs, node.store, node.log)
     return 0
 
 
@@ -354,7 +372,11 @@ def _mig(node: Node, job: Job, count: int) -> None:
         choices = plan_instances(occ, sizes)
         if choices is None:
             used = ", ".join(f"GPU {o.index} {_slice_map(o)}" for o in occ)
-            raise NoRoom(
+            # Slices held by other jobs come back at their epilogs, which take the node
+            # out of this job's ExcNodeList again; anything else (an instance no record
+            # holds) is reconciled away by a later hook, so the job may come back at once.
+            others = any(a.job_id != job.job_id for a in store.live())
+            raise (Fragmented if others else NoRoom)(
                 f"no GPU of {node.name} has room for {'+'.join(names)} "
                 f"(memory slices in use, x = used: {used})"
             )

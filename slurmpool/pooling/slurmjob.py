@@ -91,6 +91,33 @@ class SlurmJobs:
         argv = ("scontrol", "requeuehold" if hold else "requeue", job_id)
         self.runner.run(*argv, timeout=self._limit(argv, 0.0))
 
+    def exclusions(self, job_id: str) -> tuple[str, str] | None:
+        """(the job's state, its ExcNodeList as a hostlist expression, "" for none), or
+        None when slurmctld no longer knows the job.  Both fields come from slurmctld:
+        it refuses node names that are not nodes."""
+        from slurmpool.slurm.runner import SlurmCommandError
+
+        argv = ("squeue", "-h", "-j", job_id, "-o", "%T|%x")
+        try:
+            res = self.runner.run(*argv, timeout=self._limit(argv, 0.0))
+        except SlurmCommandError as e:
+            if "Invalid job id" in e.stderr:
+                return None  # gone (past MinJobAge)
+            raise
+        lines = res.stdout.splitlines()
+        if not lines:
+            return None
+        state, bar, nodes = lines[0].strip().partition("|")
+        if len(lines) != 1 or not bar or not state.isalpha():
+            raise SlurmCommandError(argv, 0, "", res.stdout, reason="unexpected output")
+        return state, "" if nodes in ("", "(null)") else nodes
+
+    def set_exclusions(self, job_id: str, nodes: str) -> None:
+        """Set the job's ExcNodeList to the hostlist ``nodes`` ("" for none); slurmctld
+        takes it only while the job is not running."""
+        argv = ("scontrol", "update", f"jobid={job_id}", f"ExcNodeList={nodes}")
+        self.runner.run(*argv, timeout=self._limit(argv, 0.0))
+
     def set_admin_comment(self, job_id: str, text: str) -> None:
         # One argv element: scontrol takes the whole value, spaces and quotes included.
         argv = ("scontrol", "update", f"jobid={job_id}", f"AdminComment={text}")

@@ -89,6 +89,14 @@ ALLOCATIONS = Component(
             value   TEXT NOT NULL
         );
         """,
+        # 4: the jobs this node's prolog added to their own ExcNodeList on a requeue, which
+        # its epilog takes the node out of again once it frees slices (pooling/exclude.py).
+        """
+        CREATE TABLE exclusions (
+            job_id  TEXT PRIMARY KEY,
+            at      REAL NOT NULL
+        );
+        """,
     ),
 )
 SCHEMA_VERSION = ALLOCATIONS.version
@@ -291,6 +299,21 @@ class NodeStore(StateDB):
             return int(self.conn.execute("SELECT COUNT(*) FROM requeues").fetchone()[0])
         row = self.conn.execute("SELECT COUNT(*) FROM requeues WHERE job_id = ?", (job_id,))
         return int(row.fetchone()[0])
+
+    # -- exclusions ---------------------------------------------------------------
+
+    def add_exclusion(self, job_id: str) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO exclusions (job_id, at) VALUES (?, ?)", (job_id, time.time())
+        )
+
+    def exclusions(self) -> list[str]:
+        """The jobs this node excluded itself from, oldest first."""
+        rows = self.conn.execute("SELECT job_id FROM exclusions ORDER BY at, job_id")
+        return [str(r[0]) for r in rows.fetchall()]
+
+    def drop_exclusion(self, job_id: str) -> None:
+        self.conn.execute("DELETE FROM exclusions WHERE job_id = ?", (job_id,))
 
     def meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM node_meta WHERE key = ?", (key,)).fetchone()

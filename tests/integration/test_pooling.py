@@ -18,6 +18,7 @@ from typing import Any
 import needs
 from polling import poll
 
+from slurmpool.hostlist import expand
 from slurmpool.sandbox.cluster import host_fences_devices
 from slurmpool.sim.faults import plant
 from slurmpool.slurm.parse import parse_jobs, parse_nodes
@@ -73,6 +74,13 @@ def held(until: Path) -> str:
 def job_info(cluster: Cluster, job: int) -> Any:
     res = cluster.slurm.run("scontrol", "show", "job", "-d", str(job), timeout=15)
     return parse_jobs(res.stdout)[0]
+
+
+def excluded(cluster: Cluster, job: int) -> list[str]:
+    """The nodes in the job's ExcNodeList."""
+    res = cluster.slurm.run("squeue", "-h", "-j", str(job), "-o", "%x", timeout=15)
+    text = res.stdout.strip()
+    return [] if text in ("", "(null)") else expand(text)
 
 
 def node_info(cluster: Cluster, node: str) -> Any:
@@ -242,11 +250,14 @@ def test_fragmented_node_requeues_a_4g_then_runs_it_once_there_is_room(
         cancel(cluster, [j for j in jobs if j not in keep])
         poll("only slots 0 and 4 to stay carved", lambda: len(instances(cluster, node)) == 4, 60)
         # Slurm sees 10 free vgpu and starts the job; no GPU has 4 contiguous slices.
+        # The user keeps the job off the other node herself, which stays so.
         big_out = cluster.workdir / "big.out"
         big = cluster.submit(
             "--gres=vgpu:4",
             "-w",
             node,
+            "-x",
+            "sbx1",
             "-o",
             str(big_out),
             "--wrap",
@@ -264,8 +275,22 @@ def test_fragmented_node_requeues_a_4g_then_runs_it_once_there_is_room(
         assert "DRAIN" not in node_info(cluster, node).flags
         assert any("action=requeue " in line for line in hook_lines(cluster, node, big))
         assert status(cluster, node)["requeue_count"] > before
-        # Room appears: free slot 0 on one GPU.
+        # Kept off the node until it frees slices: it is not tried there again meanwhile.
+        poll(
+            "the node in the job's ExcNodeList",
+            lambda: excluded(cluster, big) == ["sbx1", "sbx2"],
+            30,
+        )
+        assert any("action=excluded " in line for line in hook_lines(cluster, node, big))
+        # Room appears: free slot 0 on one GPU.  Its epilog takes the node out again.
         cancel(cluster, [j for j in keep if held[first_line(outs[j])]["start"] == 0][:1])
+        poll(
+            "the 4g job to run",
+            lambda: job_info(cluster, big).state != "PENDING",
+            REQUEUE_WAIT_S,
+        )
+        assert excluded(cluster, big) == ["sbx1"]
+        assert job_info(cluster, big).restarts == 1  # never tried on the node meanwhile
         assert cluster.wait(big, REQUEUE_WAIT_S) == "COMPLETED"
         uuid, profile = first_line(big_out).split()
         assert profile == "4g.40gb" and uuid.startswith("MIG-")

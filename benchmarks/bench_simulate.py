@@ -3,8 +3,7 @@
 The default openb pod list (8,152 rows, 7,064 GPU tasks) on 6 nodes of 8 A100s,
 scheduler fifo, 120 s requeue delay, policies whole, mig, fluid, shared:4 and
 mig-static:7g/7g/7g/7g/7g/7g/4g+3g: budget 10 s in all, on one core (the replay
-is one thread).  ``mig`` is nearly all of it: 14.8 million fragmentation requeues,
-each a try Slurm and the prolog make again every 120 s.
+is one thread).
 
 Baseline, measured in the same run: reading the trace (``read_trace``), the part
 no replay can skip.  Prints each policy's time, the total and its ratio to the

@@ -2,12 +2,9 @@
 
 The tasks are drawn from the default openb trace's mix: each takes the request
 (GPUs, thousandths) and the duration of a random row of it, and they arrive as a
-Poisson stream at an offered load of 15 % of the pool's compute slices (6 nodes of
-8 A100, scheduler fifo).  The load is low for ``mig``'s sake: its first-node
-requeues (README, "slurmpool simulate") let it run only about 28 % of the slices
-when 50 % is offered, so its queue grows without end, which no replay could hold in
-flat memory; at 20 % its mean wait still swung between 9 and 43 hours from one run
-length to another.
+Poisson stream at an offered load of half the pool's compute slices (6 nodes of 8
+A100, scheduler fifo), where every policy keeps up (their queues stay bounded; at
+70 % the trace's weeks-long tasks make every policy's waits run to a day).
 
 Each policy replays the 1,000,000 tasks in a child process (its time and peak RSS)
 and 250,000 in another (its peak RSS).  Budgets, per policy: 1,000,000 tasks in
@@ -40,7 +37,7 @@ from slurmpool.simulate.trace import Task, read_trace
 TASKS = 1_000_000
 BUDGET_S = 120.0
 RSS_GROWTH = 1.2  # peak RSS at all the tasks over that at a quarter of them
-LOAD = 0.15  # offered compute slices over the pool's
+LOAD = 0.5  # offered compute slices over the pool's
 SEED = 31
 POLICIES = "whole,mig,fluid,shared:4,mig-static:7g/7g/7g/7g/7g/7g/4g+3g"
 DEFAULT_TRACE = (

@@ -168,10 +168,30 @@ def test_a_requeued_task_waits_slurms_delay_before_it_starts_again(
     tasks.append(task("c", 1, 10, milli=100))
     result = run(catalogue, "mig", tasks, 1, 1, scheduler, requeue_delay=120)
     assert (result.frag_requeues, result.wait_mean_s * 3) == (1, 120)
-    # Requeued again while it is held back: a and b run until 200; c tries at 121.
+    # Kept off the node that requeued it until a task there ends: a and b run until
+    # 200, so c is not started (nor requeued) at 121 but at 200, when they end.
     longer = [task("a", 0, 200, milli=400), task("b", 0, 200, milli=400), tasks[2]]
     result = run(catalogue, "mig", longer, 1, 1, scheduler, requeue_delay=120)
-    assert (result.frag_requeues, result.wait_mean_s * 3) == (2, 240)
+    assert (result.frag_requeues, result.wait_mean_s * 3) == (1, 199)
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "backfill"])
+def test_a_requeued_task_goes_to_another_node_next(catalogue: Catalogue, scheduler: str) -> None:
+    """Two nodes of one A100: a and b fill the first node's memory slices, c is started
+    there by count, requeued at 1 and kept off it; Slurm's next try, at 121, is the
+    second node, where it runs (on the first it would wait for a and b, until 200)."""
+    tasks = [task("a", 0, 200, milli=400), task("b", 0, 200, milli=400)]
+    tasks.append(task("c", 1, 10, milli=100))
+    replayed = Replay(
+        make_pool("mig", uniform(2, 1, catalogue.get(A100))),
+        scheduler,
+        requeue_delay=120,
+        keep_runs=True,
+    )
+    replayed.play(tasks)
+    placed = {r.task.name: (r.start, r.hold.node) for r in replayed.runs}
+    assert placed == {"a": (0, 0), "b": (0, 0), "c": (121, 1)}
+    assert replayed.requeues == 1
 
 
 def test_mig_holds_what_the_rounding_carves(catalogue: Catalogue) -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from typing import Literal
 
 import pytest
 
 from slurmpool.catalogue import Catalogue
 from slurmpool.simulate.energy import power_for
-from slurmpool.simulate.pools import NodeShape, make_pool
+from slurmpool.simulate.pools import REQUEUED, Hold, MigPool, NodeShape, make_pool
 from slurmpool.simulate.replay import SCHEDULERS, Replay, Run, replay
 from slurmpool.simulate.trace import Task
 
@@ -200,18 +201,45 @@ def test_energy_lies_between_an_idle_and_a_busy_pool(
     assert 0 <= result.empty_gpu_h <= sum(s.gpus for s in shapes) * hours
 
 
+class LoggedMigPool(MigPool):
+    """``mig`` that notes each requeue: (task, node, tasks ended on the node so far)."""
+
+    def __init__(self, shapes: list[NodeShape]) -> None:
+        super().__init__(shapes)
+        self.ended = [0] * len(shapes)
+        self.requeued: list[tuple[str, int, int]] = []
+
+    def try_start(self, task: Task) -> Hold | Literal["requeued", "kept off"] | None:
+        before = set(self.kept_off.get(id(task), ()))
+        got = super().try_start(task)
+        if got == REQUEUED:
+            [node] = self.kept_off[id(task)] - before
+            self.requeued.append((task.name, node, self.ended[node]))
+        return got
+
+    def release(self, hold: Hold) -> None:
+        super().release(hold)
+        self.ended[hold.node] += 1
+
+    def clone(self) -> LoggedMigPool:
+        other = super().clone()  # a trial (backfill): its requeues are not real
+        assert isinstance(other, LoggedMigPool)
+        other.ended, other.requeued = list(self.ended), []
+        return other
+
+
 @pytest.mark.parametrize("delay", [0, 30, 120])
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_counting_tries_on_an_unchanged_pool_changes_nothing(
+def test_a_node_requeues_a_task_once_until_a_task_on_it_ends(
     seed: int, scheduler: str, delay: int, catalogue: Catalogue
 ) -> None:
-    """The replay counts the tries of a requeued task that meet the pool that requeued
-    it; trying each one, as Slurm does, gives the same starts and the same count.  The
-    traces are crowded with fractions on a grid of 30 s, so that requeues, arrivals,
-    completions and tries meet in the same seconds."""
+    """Kept off the node that requeued it (the prolog's ExcNodeList) until the node's
+    epilog: never requeued there twice with nothing ended there in between.  The traces
+    are crowded with fractions on a grid of 30 s, so that requeues, arrivals, completions
+    and tries meet in the same seconds."""
     rng = random.Random(seed)
-    shapes = [NodeShape(rng.randint(1, 2), catalogue.get("A100-SXM4-80GB"))] * rng.randint(1, 2)
+    shapes = [NodeShape(rng.randint(1, 2), catalogue.get("A100-SXM4-80GB"))] * rng.randint(1, 3)
     tasks = sorted(
         (
             Task(f"t{n}", 30 * rng.randrange(40), 30 * rng.randint(1, 20), 1, rng.randint(1, 999))
@@ -219,13 +247,10 @@ def test_counting_tries_on_an_unchanged_pool_changes_nothing(
         ),
         key=lambda t: t.arrival,
     )
-    fast = Replay(make_pool("mig", shapes), scheduler, requeue_delay=delay, keep_runs=True)
-    fast.play(tasks)
-    slow = Replay(
-        make_pool("mig", shapes), scheduler, requeue_delay=delay, shortcut=False, keep_runs=True
-    )
-    slow.play(tasks)
-    assert [(r.task.name, r.start, r.hold.node) for r in fast.runs] == [
-        (r.task.name, r.start, r.hold.node) for r in slow.runs
-    ]
-    assert fast.requeues == slow.requeues
+    pool = LoggedMigPool(shapes)
+    run = Replay(pool, scheduler, requeue_delay=delay, keep_runs=True)
+    run.play(tasks)
+    assert len(run.runs) == len(tasks)
+    assert len(pool.requeued) == run.requeues
+    assert len(set(pool.requeued)) == len(pool.requeued)
+    assert not pool.kept_off and not any(pool.keeping_off)  # all started: nothing kept

@@ -3,7 +3,8 @@
 Slurm counts vgpu units, not where the free slices lie.  After a requeue it starts
 the job again on the first node whose count fits, most often the same fragmented
 node, and the prolog requeues it again at every try while other nodes have room
-(the simulator counts 14.8 million such requeues on the default openb trace).  So
+(``slurmpool simulate`` on the default openb trace, 6 nodes of 8 A100: 14.8 million
+requeues and a mean wait of 70 hours that way, 11,788 and 1.07 hours with this).  So
 when the prolog requeues a job for want of room, it records the job in the node's
 store and adds the node to the job's ExcNodeList; the node's epilog, once it has
 freed slices, takes the node out of the ExcNodeList of every job it recorded.  A

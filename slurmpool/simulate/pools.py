@@ -10,7 +10,10 @@
   :func:`slurmpool.configgen.plan.profile_table`) and placement
   (:func:`slurmpool.pooling.mig.plan_instances`).  When the node's free slices
   are too fragmented for the instances, the task is requeued, as the prolog
-  does, and waits for the next scan.
+  does, and kept off that node until a task on it ends (the prolog adds the
+  node to the job's ExcNodeList, the node's epilog takes it out again:
+  :mod:`slurmpool.pooling.exclude`); Slurm's next try takes the first other
+  node whose count fits.
 * ``fluid``: the bound no real GPU reaches: a GPU is a pool of compute slices
   with no geometry.  A task on one GPU goes to the GPU with the fewest free
   slices that suffice (ties: lowest index); a multi-GPU task to the node with
@@ -30,8 +33,9 @@
   are taken.
 
 Each pool answers :meth:`Pool.try_start` with a :class:`Hold` (the task runs),
-``None`` (it does not fit now) or :data:`REQUEUED` (``mig`` only: Slurm
-started it and the prolog sent it back).
+``None`` (it does not fit now, on any node), :data:`REQUEUED` (``mig`` only:
+Slurm started it and the prolog sent it back) or :data:`KEPT_OFF` (``mig``
+only: the nodes it would fit are those it is kept off).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
     from slurmpool.catalogue import GpuModel
 
 REQUEUED: Final = "requeued"
+KEPT_OFF: Final = "kept off"
 
 
 class PoolError(ValueError):
@@ -113,7 +118,7 @@ class Pool(Protocol):
         has an instance that holds it); a task it cannot run is refused, not queued."""
         ...
 
-    def try_start(self, task: Task) -> Hold | Literal["requeued"] | None: ...
+    def try_start(self, task: Task) -> Hold | Literal["requeued", "kept off"] | None: ...
 
     def release(self, hold: Hold) -> None: ...
 
@@ -270,6 +275,9 @@ class MigPool(_Nodes):
         self._requests: dict[tuple[int, int], list[tuple[int, tuple[str, ...]]]] = {}
         # Per node: instance lists its slices were too fragmented for, as they are now.
         self._misfits: list[set[tuple[str, ...]]] = [set() for _ in self.shapes]
+        # The nodes a requeued task is kept off (by id(task)), and the reverse.
+        self.kept_off: dict[int, set[int]] = {}
+        self.keeping_off: list[set[int]] = [set() for _ in self.shapes]
 
     def _request(self, shape: NodeShape, task: Task) -> tuple[int, tuple[str, ...]]:
         """(vgpu units Slurm counts, the instances the prolog carves) for ``task`` on a node
@@ -280,25 +288,32 @@ class MigPool(_Nodes):
             units = shape.model.gi_profile(table[str(units)]).slices
         return units, mig_profiles(units, shape.slices, lambda n: table.get(str(n)))
 
-    def try_start(self, task: Task) -> Hold | Literal["requeued"] | None:
+    def try_start(self, task: Task) -> Hold | Literal["requeued", "kept off"] | None:
         key = (task.gpus, task.milli)
         requests = self._requests.get(key)
         if requests is None:
             requests = self._requests[key] = [self._request(s, task) for s in self.shapes]
         free = self.units
+        off = self.kept_off.get(id(task), ())
+        fits = False
         for node, request in enumerate(requests):
             if free[node] >= request[0]:
-                break
+                fits = True
+                if node not in off:
+                    break
         else:
-            return None
+            return KEPT_OFF if fits else None
         units, profiles = request
         shape = self.shapes[node]
-        if profiles in self._misfits[node]:
-            return REQUEUED
-        choices = plan_instances(self.gpus[node], profiles)
-        if choices is None:
+        misfit = profiles in self._misfits[node]
+        choices = None if misfit else plan_instances(self.gpus[node], profiles)
+        if choices is None:  # Slurm's count fitted; the node's slices are fragmented
             self._misfits[node].add(profiles)
-            return REQUEUED  # Slurm's count fitted; the node's slices are fragmented
+            self.kept_off.setdefault(id(task), set()).add(node)
+            self.keeping_off[node].add(id(task))
+            return REQUEUED
+        for other in self.kept_off.pop(id(task), ()):  # a later task may get its id
+            self.keeping_off[other].discard(id(task))
         placed = tuple(
             (choice.gpu_index, PlacedInstance(profile, choice.placement))
             for profile, choice in zip(profiles, choices, strict=True)
@@ -317,8 +332,12 @@ class MigPool(_Nodes):
             self.gpus[hold.node][g] = GpuOccupancy(gpu.index, gpu.model, (*gpu.instances, inst))
 
     def release(self, hold: Hold) -> None:
+        """Also takes the node out of what requeued tasks are kept off: its epilog."""
         self.units[hold.node] += hold.units
         self._misfits[hold.node].clear()
+        for task in self.keeping_off[hold.node]:
+            self.kept_off[task].discard(hold.node)
+        self.keeping_off[hold.node].clear()
         for g, inst in hold.instances:
             gpu = self.gpus[hold.node][g]
             left = list(gpu.instances)
@@ -330,6 +349,8 @@ class MigPool(_Nodes):
         other.units = list(self.units)
         other.gpus = [list(gpus) for gpus in self.gpus]
         other._misfits = [set(misfits) for misfits in self._misfits]
+        other.kept_off = {task: set(nodes) for task, nodes in self.kept_off.items()}
+        other.keeping_off = [set(tasks) for tasks in self.keeping_off]
         return other
 
 

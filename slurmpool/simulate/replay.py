@@ -8,7 +8,8 @@ Scheduler ``fifo``, defined so that results compare with published replays:
 * after every batch of completions (all those of one second) the queue is
   scanned in order and every task that fits starts;
 * a task the ``mig`` pool requeues (Slurm started it on fragmented slices)
-  stays in its place in the queue and may start again ``requeue_delay``
+  stays in its place in the queue, kept off that node until a task there ends
+  (:class:`slurmpool.simulate.pools.MigPool`), and may start again ``requeue_delay``
   seconds later (:data:`REQUEUE_DELAY_S`, what Slurm waits), when the queue is
   scanned again; with no delay, at the next scan.
 
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from slurmpool.simulate.energy import Watts, measure_energy, power_for
-from slurmpool.simulate.pools import REQUEUED, Hold, NodeShape, Pool, make_pool
+from slurmpool.simulate.pools import KEPT_OFF, REQUEUED, Hold, NodeShape, Pool, make_pool
 from slurmpool.simulate.series import QueueSeries
 from slurmpool.simulate.tally import Tally
 from slurmpool.simulate.trace import Task
@@ -160,11 +161,8 @@ class Replay:
         scheduler: str = "fifo",
         limit_factor: float = 1.0,
         requeue_delay: int = REQUEUE_DELAY_S,
-        shortcut: bool = True,
         keep_runs: bool = False,
     ) -> None:
-        """``shortcut=False`` tries every requeued task at every try, as Slurm does; the
-        default counts the tries that meet an unchanged pool (same figures, faster)."""
         if scheduler not in SCHEDULERS:
             raise ValueError(f"no scheduler {scheduler!r}; expected one of {', '.join(SCHEDULERS)}")
         if limit_factor < 1:
@@ -196,15 +194,6 @@ class Replay:
         self.refused = 0  # and that it cannot (Pool.runs)
         self.requeues = 0
         self.series = QueueSeries(0, 1)  # the queue's length over time, from play()
-        # The pool's state, counted: a start or a completion changes it.  A requeued task
-        # tried again on an unchanged pool is requeued again (what Slurm and the prolog
-        # decide depends on nothing else), so it is counted, not replayed (_hold_requeued).
-        self.shortcut = shortcut
-        self.version = 0
-        self.tried: dict[int, int] = {}  # a requeued task -> the version it was tried on
-        self.settled = 0  # how many of those were tried on the pool as it is now
-        self.requeued_now: list[Task] = []  # requeued in the second being replayed
-        self.next_arrival: float = math.inf
 
     def play(
         self,
@@ -240,7 +229,6 @@ class Replay:
                 done = heapq.heappop(self.running)[2]
                 self.pool.release(done.hold)
                 self.tally.ended(done.hold, now)
-                self._changed()
                 done.end = now
                 ended = True
             arrived = nxt is not None and nxt.arrival == now
@@ -261,8 +249,6 @@ class Replay:
                     if self._start(nxt, now) is not STARTED:
                         self.queue.append(nxt)
                     nxt = next(arrivals, None)
-            self.next_arrival = nxt.arrival if nxt is not None else math.inf
-            self._hold_requeued(now)
 
     def _arrivals(self, tasks: Iterable[Task]) -> Iterator[Task]:
         """The tasks the pool can run, each given its place in the trace; an iterator's
@@ -300,25 +286,19 @@ class Replay:
         )
 
     def _start(self, task: Task, now: int) -> str | None:
-        key = id(task)
-        tried = self.tried.get(key)
-        if tried == self.version and self.shortcut:
-            self.requeues += 1  # the same node, as fragmented as before
-            if self.requeue_delay:
-                self.requeued_now.append(task)
-            return REQUEUED
+        """Try to start ``task`` now: :data:`STARTED`, or what the pool said instead
+        (None: no room on any node)."""
         got = self.pool.try_start(task)
-        if got is None:
-            return None
+        if got is None or got == KEPT_OFF:
+            return got
         if got == REQUEUED:
-            self._requeue(task, key, tried)
+            self._requeue(task, now)
             return REQUEUED
         assert isinstance(got, Hold)
         # Done with the task's entries: a later task may be given the same id.
-        self.tried.pop(key, None)
+        key = id(task)
         self.held.pop(key, None)
         self.order.pop(key, None)
-        self._changed()
         run = Run(task, now, got)
         heapq.heappush(self.running, (now + task.duration, self.started, run))
         self.started += 1
@@ -327,48 +307,19 @@ class Replay:
             self.runs.append(run)
         return STARTED
 
-    def _changed(self) -> None:
-        """The pool changed: every requeued task may fare otherwise at its next try."""
-        self.version += 1
-        self.settled = 0
-
-    def _requeue(self, task: Task, key: int, tried: int | None) -> None:
-        """Count the requeue of ``task`` (``key``: its id), last tried on pool version
-        ``tried``; it is held back once the second is over."""
+    def _requeue(self, task: Task, now: int) -> None:
+        """Count ``task``'s requeue and hold it back ``requeue_delay`` seconds (with no
+        delay, to the next scan)."""
         self.requeues += 1
-        if tried != self.version:
-            self.settled += 1
-        self.tried[key] = self.version
-        if self.requeue_delay:
-            self.requeued_now.append(task)
-
-    def _hold_requeued(self, now: int) -> None:
-        """Hold the tasks requeued in second ``now`` back ``requeue_delay`` seconds.  A task
-        requeued on the pool as it is now meets the same pool at each try every
-        ``requeue_delay`` seconds until the pool can next change (a completion or an
-        arrival: nothing else starts a task), and is requeued each time: those tries are
-        counted at once, and the task is held to its first try after that.  Not while a
-        requeued task tried on an older pool waits for its next try: that one may start."""
-        if not self.requeued_now:
+        if not self.requeue_delay:
             return
-        delay = self.requeue_delay
-        change = min(self.next_arrival, self.running[0][0] if self.running else math.inf)
-        if self.settled < len(self.tried) or not self.shortcut:
-            change = now  # some may start at their next try: no skipping
-        tries = 1
-        if now < change < math.inf:  # (every requeued task was tried on this pool)
-            tries = max(1, math.ceil((change - now) / delay))
-            self.requeues += (tries - 1) * len(self.requeued_now)
-        again = now + delay * tries
-        held = self.held
-        for task in self.requeued_now:
-            held[id(task)] = again
+        again = now + self.requeue_delay
+        self.held[id(task)] = again
         if again in self.due:
-            self.due[again].extend(self.requeued_now)
+            self.due[again].append(task)
         else:
-            self.due[again] = self.requeued_now
+            self.due[again] = [task]
             heapq.heappush(self.wakeups, again)
-        self.requeued_now = []
 
     def _retry(self, due: list[Task], now: int) -> None:
         """Try the requeued tasks that may start again now, in queue order, when nothing
@@ -428,7 +379,7 @@ class Replay:
                 outcome = self._start(task, now)
                 if outcome is not STARTED:
                     left.append(task)
-                if outcome is None:
+                if outcome is None or outcome == KEPT_OFF:
                     head = task
                     shadow, then = self._reserve(task)
                 continue
@@ -445,11 +396,9 @@ class Replay:
     ) -> str | None:
         """Start ``task`` now if that does not delay ``head``'s reservation at ``shadow``.
         As :meth:`_start` says (None: it does not fit now), or :data:`HELD_BACK`."""
-        if self.shortcut and self.tried.get(id(task)) == self.version:
-            return self._start(task, now)  # requeued again, as on this same pool before
         trial = self.pool.clone().try_start(task)
-        if trial is None:
-            return None
+        if trial is None or trial == KEPT_OFF:
+            return trial
         if isinstance(trial, Hold) and now + self.limit(task) > shadow:
             # Still running at the reserved second: the head must fit beside it then.
             if then is None or not _fits_beside(then, trial, head):

@@ -6,10 +6,10 @@ sandbox's real Slurm."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from pooling_env import ListLog
 
 from slurmpool.pooling.exclude import exclude_here, readmit, with_node, without_node
 from slurmpool.pooling.slurmjob import SlurmJobs
@@ -32,25 +32,6 @@ case "$nodes" in *bad*) echo "Invalid node name specified for job $id" >&2; exit
 echo "$state|$nodes" > "$f"
 echo "scontrol $*" >> {jobs}/calls
 """
-
-
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def event(
-        self,
-        action: str,
-        fields: Mapping[str, object] | None = None,
-        level: str = "info",
-        **more: object,
-    ) -> str:
-        line = " ".join([f"action={action}", *(f"{k}={v}" for k, v in more.items())])
-        self.lines.append(line)
-        return line
-
-    def actions(self) -> list[str]:
-        return [line.split()[0].removeprefix("action=") for line in self.lines]
 
 
 class Ctld:
@@ -105,7 +86,7 @@ def test_the_node_is_added_to_and_taken_from_a_hostlist() -> None:
 def test_a_requeued_job_is_recorded_then_kept_off_the_node(ctld: Ctld, store: NodeStore) -> None:
     """The user's own exclusion stays; the node is appended."""
     ctld.put("7", "COMPLETING", "login1")
-    log = Log()
+    log = ListLog()
     assert exclude_here("gpu3", "7", ctld.slurm, lambda: store, log)
     assert ctld.get("7") == ("COMPLETING", "login1,gpu3")
     assert store.exclusions() == ["7"]
@@ -116,7 +97,7 @@ def test_the_epilog_readmits_then_forgets_once_it_reads_the_list_without_the_nod
     ctld: Ctld, store: NodeStore
 ) -> None:
     ctld.put("7", "PENDING", "login1,gpu3")
-    log = Log()
+    log = ListLog()
     readmit("gpu3", ctld.slurm, store, log)
     assert ctld.updates() == 0  # not on record: not this node's exclusion
     with store.transaction():
@@ -137,7 +118,7 @@ def test_a_running_job_is_left_alone_and_seen_to_when_it_comes_back(
     ctld.put("7", "RUNNING", "gpu3")
     with store.transaction():
         store.add_exclusion("7")
-    log = Log()
+    log = ListLog()
     readmit("gpu3", ctld.slurm, store, log)
     assert (ctld.get("7"), store.exclusions(), ctld.updates()) == (("RUNNING", "gpu3"), ["7"], 0)
     ctld.put("7", "PENDING", "gpu3,gpu4")
@@ -154,7 +135,7 @@ def test_an_ended_job_is_forgotten(ctld: Ctld, store: NodeStore, end: str) -> No
         ctld.put("7", end, "gpu3")
     with store.transaction():
         store.add_exclusion("7")
-    readmit("gpu3", ctld.slurm, store, Log())
+    readmit("gpu3", ctld.slurm, store, ListLog())
     assert store.exclusions() == [] and ctld.updates() == 0
 
 
@@ -165,16 +146,17 @@ def test_a_failed_update_is_logged_and_tried_again(ctld: Ctld, store: NodeStore)
     with store.transaction():
         store.add_exclusion("7")
         store.add_exclusion("8")
-    log = Log()
+    log = ListLog()
     readmit("gpu3", ctld.slurm, store, log)
     assert "readmit-failed" in log.actions()
-    assert "Invalid node name" in log.lines[log.actions().index("readmit-failed")]
+    _, fields = log.lines[log.actions().index("readmit-failed")]
+    assert "Invalid node name" in str(fields["error"])
     assert ctld.get("8") == ("PENDING", "")
     assert store.exclusions() == ["7", "8"]
 
 
 def test_a_job_cancelled_before_the_exclusion_is_left_alone(ctld: Ctld, store: NodeStore) -> None:
-    log = Log()
+    log = ListLog()
     assert not exclude_here("gpu3", "9", ctld.slurm, lambda: store, log)
     assert store.exclusions() == ["9"]  # the next epilog finds it gone and forgets it
     readmit("gpu3", ctld.slurm, store, log)

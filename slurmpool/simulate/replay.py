@@ -189,7 +189,6 @@ class Replay:
         self.tally = Tally(pool.shapes)
         self.keep_runs = keep_runs
         self.runs: list[Run] = []  # with keep_runs
-        self.started = 0
         self.arrived = 0  # tasks read that the pool can run
         self.refused = 0  # and that it cannot (Pool.runs)
         self.requeues = 0
@@ -300,8 +299,7 @@ class Replay:
         self.held.pop(key, None)
         self.order.pop(key, None)
         run = Run(task, now, got)
-        heapq.heappush(self.running, (now + task.duration, self.started, run))
-        self.started += 1
+        heapq.heappush(self.running, (now + task.duration, self.tally.tasks, run))
         self.tally.started(task, now, got)
         if self.keep_runs:
             self.runs.append(run)

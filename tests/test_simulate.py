@@ -134,6 +134,27 @@ def test_backfill_keeps_the_head_of_the_queue_from_starving(catalogue: Catalogue
     assert waits_of(catalogue, tasks, "backfill") == [0, 99, 0, 107]
 
 
+def test_backfill_reserves_for_every_waiting_task_not_just_the_first(
+    catalogue: Catalogue,
+) -> None:
+    """Two nodes of two GPUs.  c (two GPUs) reserves node 0 from 100, when a ends; d
+    (two GPUs) reserves node 1 from 200, when b ends.  e (one GPU, 500 s) fits on node 1
+    now and would still run at 200: it does not start before d, as it would if only
+    the first waiting task held a reservation (d would wait for e, until 503)."""
+    tasks = [
+        task("a", 0, 100, gpus=2),
+        task("b", 0, 200),
+        task("c", 1, 300, gpus=2),
+        task("d", 2, 10, gpus=2),
+        task("e", 3, 500),
+    ]
+    pool = make_pool("whole", uniform(2, 2, catalogue.get(A100)))
+    replayed = Replay(pool, "backfill", keep_runs=True)
+    replayed.play(tasks)
+    starts = {r.task.name: (r.start, r.hold.node) for r in replayed.runs}
+    assert starts == {"a": (0, 0), "b": (0, 1), "c": (100, 0), "d": (200, 1), "e": (210, 1)}
+
+
 def test_backfill_trusts_limits_not_durations(catalogue: Catalogue) -> None:
     """Limits twice the durations: b's reservation is at a's limit, 200 (a really ends
     at 100 and b starts then); c's limit ends at 102, before 200, so c backfills."""

@@ -36,21 +36,33 @@ Each pool answers :meth:`Pool.try_start` with a :class:`Hold` (the task runs),
 ``None`` (it does not fit now, on any node), :data:`REQUEUED` (``mig`` only:
 Slurm started it and the prolog sent it back) or :data:`KEPT_OFF` (``mig``
 only: the nodes it would fit are those it is kept off).
+
+A backfill scheduler plans as Slurm does, on counts: each pool says what it
+counts free on each node (:meth:`Pool.counts`: empty GPUs under ``whole``,
+vgpu units under ``mig`` as Slurm's gres count does, instances of each size
+under ``mig-static``, slices under ``fluid``, shares under ``shared``), what a
+task needs of them (:meth:`Pool.needs`) and what a hold takes
+(:meth:`Pool.counted`).  A start is then given ``room``, the counts the plan
+leaves over the task's time limit, and places only on a node whose room holds
+its need; where on the node (which GPU, which slices) is the pool's own rule,
+as the prolog's is.  Under ``fluid`` and ``shared`` a node's count can hold a
+task that no one of its GPUs has room for: the plan is Slurm's, on counts.
 """
 
 from __future__ import annotations
 
 import bisect
-import copy
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal, Protocol, Self
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from slurmpool.catalogue import CatalogueError
 from slurmpool.configgen.plan import profile_table
 from slurmpool.placement import GpuOccupancy, PlacedInstance, engine_for
 from slurmpool.pooling.mig import plan_instances
 from slurmpool.pooling.request import mig_profiles
+from slurmpool.simulate.backfill import Need
 from slurmpool.simulate.trace import Task
 
 if TYPE_CHECKING:
@@ -118,7 +130,12 @@ class Pool(Protocol):
         has an instance that holds it); a task it cannot run is refused, not queued."""
         ...
 
-    def try_start(self, task: Task) -> Hold | Literal["requeued", "kept off"] | None: ...
+    def try_start(
+        self, task: Task, room: Sequence[int] | None = None
+    ) -> Hold | Literal["requeued", "kept off"] | None:
+        """Place ``task`` and take what it holds; with ``room`` (per counter, as
+        :meth:`counts`), only where its need fits in what that leaves."""
+        ...
 
     def release(self, hold: Hold) -> None: ...
 
@@ -126,8 +143,18 @@ class Pool(Protocol):
         """Take what ``hold`` holds (free here), as :meth:`try_start` does when it places."""
         ...
 
-    def clone(self) -> Pool:
-        """A copy to try things on (a backfill reservation) without touching this one."""
+    def counts(self) -> list[int]:
+        """What Slurm counts free now, per counter (a node, or a node's instances of one
+        size)."""
+        ...
+
+    def needs(self, task: Task) -> list[Need]:
+        """What ``task`` needs of the counts in each place it could go (a node), in the
+        pool's order."""
+        ...
+
+    def counted(self, hold: Hold) -> Need:
+        """(counter, how many) ``hold`` takes."""
         ...
 
 
@@ -180,8 +207,10 @@ class WholePool(_Nodes):
         super().__init__(shapes)
         self.empty = [(1 << s.gpus) - 1 for s in self.shapes]  # per node: empty GPUs
 
-    def try_start(self, task: Task) -> Hold | None:
+    def try_start(self, task: Task, room: Sequence[int] | None = None) -> Hold | None:
         for node, mask in enumerate(self.empty):
+            if room is not None and room[node] < task.gpus:
+                continue
             if mask.bit_count() >= task.gpus:
                 shape = self.shapes[node]
                 hold = Hold(
@@ -199,17 +228,25 @@ class WholePool(_Nodes):
         for g in hold.gpus:
             self.empty[hold.node] |= 1 << g
 
-    def clone(self) -> WholePool:
-        other = copy.copy(self)
-        other.empty = list(self.empty)
-        return other
+    def counts(self) -> list[int]:
+        return [mask.bit_count() for mask in self.empty]
+
+    def needs(self, task: Task) -> list[Need]:
+        return [(n, task.gpus) for n, s in enumerate(self.shapes) if s.gpus >= task.gpus]
+
+    def counted(self, hold: Hold) -> Need:
+        return hold.node, len(hold.gpus)
 
 
 class _Counted(_Nodes):
     """A pool that counts what is free on each GPU (fluid: slices; shared: shares); a
-    hold takes ``units`` of each of its GPUs."""
+    hold takes ``units`` of each of its GPUs.  Its counters are its nodes, each the
+    sum of its GPUs."""
 
-    free: list[list[int]]  # per node, per GPU
+    def __init__(self, shapes: Sequence[NodeShape], each: Callable[[NodeShape], int]) -> None:
+        """``each``: what one GPU of a node of that shape has."""
+        super().__init__(shapes)
+        self.free = [[each(s)] * s.gpus for s in self.shapes]  # per node, per GPU
 
     def occupy(self, hold: Hold) -> None:
         for g in hold.gpus:
@@ -219,25 +256,43 @@ class _Counted(_Nodes):
         for g in hold.gpus:
             self.free[hold.node][g] += hold.units
 
-    def clone(self) -> Self:
-        other = copy.copy(self)
-        other.free = [list(gpus) for gpus in self.free]
-        return other
+    def counts(self) -> list[int]:
+        return [sum(gpus) for gpus in self.free]
+
+    def needs(self, task: Task) -> list[Need]:
+        return [(n, self._need(n, task)) for n, s in enumerate(self.shapes) if s.gpus >= task.gpus]
+
+    def counted(self, hold: Hold) -> Need:
+        return hold.node, hold.units * len(hold.gpus)
+
+    def _need(self, node: int, task: Task) -> int:
+        """What ``task`` takes of ``node``'s count."""
+        raise NotImplementedError
+
+    def _nodes(self, task: Task, room: Sequence[int] | None) -> list[int]:
+        """The nodes whose ``room`` holds ``task`` (all of them with no room)."""
+        nodes = range(len(self.shapes))
+        if room is None:
+            return list(nodes)
+        return [n for n in nodes if self._need(n, task) <= room[n]]
 
 
 class FluidPool(_Counted):
     name = "fluid"
 
     def __init__(self, shapes: Sequence[NodeShape]) -> None:
-        super().__init__(shapes)
-        self.free = [[s.slices] * s.gpus for s in self.shapes]  # per node, per GPU
+        super().__init__(shapes, lambda shape: shape.slices)
 
-    def try_start(self, task: Task) -> Hold | None:
+    def _need(self, node: int, task: Task) -> int:
+        return self.shapes[node].demand(task)
+
+    def try_start(self, task: Task, room: Sequence[int] | None = None) -> Hold | None:
+        nodes = self._nodes(task, room)
         if task.gpus == 1:
             best: tuple[int, int, int] | None = None  # (free, node, gpu)
-            for node, gpus in enumerate(self.free):
+            for node in nodes:
                 need = self.shapes[node].demand(task)
-                for g, free in enumerate(gpus):
+                for g, free in enumerate(self.free[node]):
                     if need <= free and (best is None or free < best[0]):
                         best = (free, node, g)
             if best is None:
@@ -248,17 +303,17 @@ class FluidPool(_Counted):
             self.occupy(hold)
             return hold
         choice: tuple[int, int] | None = None  # (empty GPUs, node)
-        for node, gpus in enumerate(self.free):
+        for node in nodes:
             full = self.shapes[node].slices
-            empty = sum(1 for free in gpus if free == full)
+            empty = sum(1 for free in self.free[node] if free == full)
             if empty >= task.gpus and (choice is None or empty < choice[0]):
                 choice = (empty, node)
         if choice is None:
             return None
         node = choice[1]
         full = self.shapes[node].slices
-        taken = tuple(g for g, free in enumerate(self.free[node]) if free == full)[: task.gpus]
-        hold = Hold(node, taken, task.gpus * full, task.gpus * full, units=full)
+        chosen = tuple(g for g, free in enumerate(self.free[node]) if free == full)[: task.gpus]
+        hold = Hold(node, chosen, task.gpus * full, task.gpus * full, units=full)
         self.occupy(hold)
         return hold
 
@@ -288,12 +343,19 @@ class MigPool(_Nodes):
             units = shape.model.gi_profile(table[str(units)]).slices
         return units, mig_profiles(units, shape.slices, lambda n: table.get(str(n)))
 
-    def try_start(self, task: Task) -> Hold | Literal["requeued", "kept off"] | None:
+    def _requests_for(self, task: Task) -> list[tuple[int, tuple[str, ...]]]:
         key = (task.gpus, task.milli)
         requests = self._requests.get(key)
         if requests is None:
             requests = self._requests[key] = [self._request(s, task) for s in self.shapes]
-        free = self.units
+        return requests
+
+    def try_start(
+        self, task: Task, room: Sequence[int] | None = None
+    ) -> Hold | Literal["requeued", "kept off"] | None:
+        requests = self._requests_for(task)
+        # Slurm counts the room its plan leaves; the prolog carves among what runs.
+        free = self.units if room is None else room
         off = self.kept_off.get(id(task), ())
         fits = False
         for node, request in enumerate(requests):
@@ -344,14 +406,19 @@ class MigPool(_Nodes):
             left.remove(inst)
             self.gpus[hold.node][g] = GpuOccupancy(gpu.index, gpu.model, tuple(left))
 
-    def clone(self) -> MigPool:
-        other = copy.copy(self)  # shares the rounding tables and caches
-        other.units = list(self.units)
-        other.gpus = [list(gpus) for gpus in self.gpus]
-        other._misfits = [set(misfits) for misfits in self._misfits]
-        other.kept_off = {task: set(nodes) for task, nodes in self.kept_off.items()}
-        other.keeping_off = [set(tasks) for tasks in self.keeping_off]
-        return other
+    def counts(self) -> list[int]:
+        return list(self.units)
+
+    def needs(self, task: Task) -> list[Need]:
+        off = self.kept_off.get(id(task), ())  # the job's ExcNodeList
+        return [
+            (n, units)
+            for n, (units, _) in enumerate(self._requests_for(task))
+            if units <= self.shapes[n].gpus * self.shapes[n].slices and n not in off
+        ]
+
+    def counted(self, hold: Hold) -> Need:
+        return hold.node, hold.units
 
 
 class StaticMigPool(_Nodes):
@@ -388,6 +455,10 @@ class StaticMigPool(_Nodes):
             self.slots.append(slots)
             self.sizes.append(tuple(sorted(free)))
             self.free.append(free)
+        # Slurm counts each node's instances of each size (a typed gres): their counters.
+        # Per node, the counter of its smallest size.
+        self.first = list(itertools.accumulate(map(len, self.sizes), initial=0))[:-1]
+        self.capacity = self.counts()  # per counter, the instances there are
 
     def _size(self, node: int, task: Task) -> int | None:
         """The instance size (compute slices) ``task`` asks for on ``node``: the smallest
@@ -406,22 +477,24 @@ class StaticMigPool(_Nodes):
                 return True
         return False
 
-    def try_start(self, task: Task) -> Hold | None:
+    def try_start(self, task: Task, room: Sequence[int] | None = None) -> Hold | None:
         for node in range(len(self.shapes)):
             size = self._size(node, task)
             if size is None:
                 continue
+            if room is not None and room[self._counter(node, size)] < task.gpus:
+                continue
             free = self.free[node].get(size, [])
             if len(free) >= task.gpus:
-                taken = tuple(free[: task.gpus])
+                chosen = tuple(free[: task.gpus])
                 slots = self.slots[node]
                 hold = Hold(
                     node,
-                    tuple(dict.fromkeys(slots[n][0] for n in taken)),
+                    tuple(dict.fromkeys(slots[n][0] for n in chosen)),
                     self.shapes[node].demand(task),
                     size * task.gpus,
-                    instances=tuple((slots[n][0], slots[n][1]) for n in taken),
-                    slots=taken,
+                    instances=tuple((slots[n][0], slots[n][1]) for n in chosen),
+                    slots=chosen,
                 )
                 self.occupy(hold)
                 return hold
@@ -435,10 +508,30 @@ class StaticMigPool(_Nodes):
         for n in hold.slots:
             bisect.insort(self.free[hold.node][self.slots[hold.node][n][2]], n)
 
-    def clone(self) -> StaticMigPool:
-        other = copy.copy(self)  # shares the fixed instances
-        other.free = [{size: list(ids) for size, ids in free.items()} for free in self.free]
-        return other
+    def _counter(self, node: int, size: int) -> int:
+        return self.first[node] + self.sizes[node].index(size)
+
+    def counts(self) -> list[int]:
+        return [
+            len(free[size])
+            for free, sizes in zip(self.free, self.sizes, strict=True)
+            for size in sizes
+        ]
+
+    def needs(self, task: Task) -> list[Need]:
+        needs: list[Need] = []
+        for node in range(len(self.shapes)):
+            size = self._size(node, task)
+            if size is None:
+                continue
+            counter = self._counter(node, size)
+            if self.capacity[counter] >= task.gpus:
+                needs.append((counter, task.gpus))
+        return needs
+
+    def counted(self, hold: Hold) -> Need:
+        size = self.slots[hold.node][hold.slots[0]][2]
+        return self._counter(hold.node, size), len(hold.slots)
 
 
 def _carve(model: GpuModel, layout: Sequence[str]) -> list[PlacedInstance]:
@@ -463,19 +556,23 @@ class SharedPool(_Counted):
     """``shared:<shares>``: each GPU time-sliced into ``shares`` shares (Slurm shards)."""
 
     def __init__(self, shapes: Sequence[NodeShape], shares: int) -> None:
-        super().__init__(shapes)
         if shares < 1:
             raise PoolError(f"shared:{shares}: expected 1 or more shares per GPU")
+        super().__init__(shapes, lambda shape: shares)
         self.name = f"shared:{shares}"
         self.shares = shares
-        self.free = [[shares] * s.gpus for s in self.shapes]  # per node, per GPU
 
-    def try_start(self, task: Task) -> Hold | None:
+    def _need(self, node: int, task: Task) -> int:
         total = self.shares
+        return min(total, -(-total * task.milli // 1000)) if task.fraction else task.gpus * total
+
+    def try_start(self, task: Task, room: Sequence[int] | None = None) -> Hold | None:
+        total = self.shares
+        nodes = self._nodes(task, room)
         if task.fraction:
-            need = min(total, -(-total * task.milli // 1000))
-            for node, gpus in enumerate(self.free):
-                for g, free in enumerate(gpus):
+            need = self._need(0, task)
+            for node in nodes:
+                for g, free in enumerate(self.free[node]):
                     if free >= need:
                         shape = self.shapes[node]
                         hold = Hold(
@@ -484,8 +581,8 @@ class SharedPool(_Counted):
                         self.occupy(hold)
                         return hold
             return None
-        for node, gpus in enumerate(self.free):
-            empty = [g for g, free in enumerate(gpus) if free == total]
+        for node in nodes:
+            empty = [g for g, free in enumerate(self.free[node]) if free == total]
             if len(empty) >= task.gpus:
                 whole = task.gpus * self.shapes[node].slices
                 hold = Hold(node, tuple(empty[: task.gpus]), whole, whole, total)

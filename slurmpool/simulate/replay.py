@@ -13,14 +13,25 @@ Scheduler ``fifo``, defined so that results compare with published replays:
   seconds later (:data:`REQUEUE_DELAY_S`, what Slurm waits), when the queue is
   scanned again; with no delay, at the next scan.
 
-Scheduler ``backfill``, as Slurm's backfill does it with one reservation
-(EASY): at every second something ends or arrives, queued tasks start in
-order while they fit; the first that does not holds a reservation at the
-earliest second it would fit, found by giving back what runs in order of
-its time limit.  A later task starts now only if it fits now and ends (by
-its limit) before that second, or also fits beside the reserved task in the
-pool as it will be then.  A task's time limit is its duration times
-``--limit-factor`` (1: users who know exactly how long they run).
+Scheduler ``backfill``, as Slurm's backfill does it: at every second
+something ends or a requeued task may start again, a pass takes the queued
+tasks in order and plans each one on Slurm's counts
+(:mod:`slurmpool.simulate.backfill`): it starts now if its need fits beside
+what runs and what the tasks before it have reserved, over its whole time
+limit; otherwise it reserves its count from the earliest second that holds
+it so.  So no task delays the start planned for any task before it ("does not
+delay the expected start time of any higher priority job", Slurm's words),
+which keeps a multi-GPU task from waiting on every fraction that arrives
+after it.  A task that arrives when nothing else changed is planned after
+the others, on the pass's plan.  Up to :data:`BF_MAX_JOB_TEST` waiting tasks
+are planned in one pass; the rest wait for the next.  Where the counts fit
+now but the pool cannot place the task (``mig``: the prolog requeues it;
+``fluid`` and ``shared``: no one GPU has the room), it reserves nothing and
+is planned again in the next pass.  A task's time limit is its duration
+times ``--limit-factor`` (1: users who know exactly how long they run).
+Reservations reach as far ahead as they need: a site sets Slurm's
+``bf_window`` to at least its longest time limit, as the slurm.conf manual
+advises, or long jobs are never reserved for.
 
 Figures: the mean and 95th-percentile wait (start - arrival), the mean wait of
 single- and multi-GPU tasks, the compute slice-hours asked for and allocated
@@ -39,7 +50,9 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
+from slurmpool.simulate.backfill import Timeline
 from slurmpool.simulate.energy import Watts, measure_energy, power_for
 from slurmpool.simulate.pools import KEPT_OFF, REQUEUED, Hold, NodeShape, Pool, make_pool
 from slurmpool.simulate.series import QueueSeries
@@ -51,8 +64,9 @@ SCHEDULERS = ("fifo", "backfill")
 # credential lifetime, about 120 s by default (measured on 22.05, 24.11 and 26.05:
 # SLURM_FACTS.md, "The wait before a requeued job runs again").
 REQUEUE_DELAY_S = 120
-STARTED = "started"  # what Replay._start says besides REQUEUED and None
-HELD_BACK = "held back"  # backfill: it fits now but would delay the reservation
+# How many waiting tasks one backfill pass plans: Slurm's default bf_max_job_test
+# (SchedulerParameters in slurm.conf; 500 in backfill.c).
+BF_MAX_JOB_TEST = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +196,6 @@ class Replay:
         self.due: dict[int, list[Task]] = {}  # that second -> the tasks held until then
         self.wakeups: list[int] = []  # those seconds: a heap
         self.order: dict[int, int] = {}  # a waiting task -> its place in the trace
-        # The standing backfill reservation: (head, its second, the pool then).
-        self.reservation: tuple[Task | None, float, Pool | None] = (None, math.inf, None)
         self.running: list[tuple[int, int, Run]] = []  # (end, sequence, run): a heap
         self.queue: list[Task] = []
         self.tally = Tally(pool.shapes)
@@ -193,6 +205,11 @@ class Replay:
         self.refused = 0  # and that it cannot (Pool.runs)
         self.requeues = 0
         self.series = QueueSeries(0, 1)  # the queue's length over time, from play()
+        # backfill: the plan of the last pass, how many queued tasks it has seen, and
+        # how many of them it tested (tried to start or reserved for)
+        self.plan: Timeline | None = None
+        self.planned = 0
+        self.tested = 0
 
     def play(
         self,
@@ -230,22 +247,22 @@ class Replay:
                 self.tally.ended(done.hold, now)
                 done.end = now
                 ended = True
-            arrived = nxt is not None and nxt.arrival == now
             if self.backfill:
+                arrived = nxt is not None and nxt.arrival == now
                 while nxt is not None and nxt.arrival == now:
                     self.queue.append(nxt)
                     nxt = next(arrivals, None)
-                if ended or arrived:
+                if ended or due:
                     self._backfill(now)
-                elif due:
-                    self._retry(due, now)
+                elif arrived:  # nothing else changed: the last pass's plan still holds
+                    self._backfill(now, again=False)
             else:
                 if ended:
                     self._scan(now)
                 elif due:
                     self._retry(due, now)
                 while nxt is not None and nxt.arrival == now:
-                    if self._start(nxt, now) is not STARTED:
+                    if not isinstance(self._start(nxt, now), Run):
                         self.queue.append(nxt)
                     nxt = next(arrivals, None)
 
@@ -284,10 +301,13 @@ class Replay:
             if t is not None
         )
 
-    def _start(self, task: Task, now: int) -> str | None:
-        """Try to start ``task`` now: :data:`STARTED`, or what the pool said instead
-        (None: no room on any node)."""
-        got = self.pool.try_start(task)
+    def _start(
+        self, task: Task, now: int, room: Sequence[int] | None = None
+    ) -> Run | Literal["requeued", "kept off"] | None:
+        """Try to start ``task`` now, within ``room`` (backfill: the counts its plan leaves
+        over the task's limit): its :class:`Run`, or what the pool said instead (None: no
+        room on any node)."""
+        got = self.pool.try_start(task, room)
         if got is None or got == KEPT_OFF:
             return got
         if got == REQUEUED:
@@ -303,7 +323,7 @@ class Replay:
         self.tally.started(task, now, got)
         if self.keep_runs:
             self.runs.append(run)
-        return STARTED
+        return run
 
     def _requeue(self, task: Task, now: int) -> None:
         """Count ``task``'s requeue and hold it back ``requeue_delay`` seconds (with no
@@ -321,20 +341,14 @@ class Replay:
 
     def _retry(self, due: list[Task], now: int) -> None:
         """Try the requeued tasks that may start again now, in queue order, when nothing
-        else changed since the last scan (what did not fit then still does not).  Under
-        backfill they are held to the standing reservation."""
+        else changed since the last scan (what did not fit then still does not)."""
         started = set()
         held, order = self.held, self.order
         # In queue order; not those started, or requeued again, since they were held.
         ready = [(order[key], task) for task in due if held.get(key := id(task)) == now]
         ready.sort()
         for _, task in ready:
-            head, shadow, then = self.reservation
-            if self.backfill and head is not None:
-                ok = self._backfills(task, now, head, shadow, then) is STARTED
-            else:
-                ok = self._start(task, now) is STARTED
-            if ok:
+            if isinstance(self._start(task, now), Run):
                 started.add(id(task))
         if started:
             self.queue = [t for t in self.queue if id(t) not in started]
@@ -352,7 +366,7 @@ class Replay:
             outcome = self._start(task, now)
             if outcome is None:
                 refused.add(key)
-            if outcome is not STARTED:
+            if not isinstance(outcome, Run):
                 left.append(task)
         self.queue = left
 
@@ -362,70 +376,41 @@ class Replay:
         """The task's time limit: what a scheduler believes it may run."""
         return math.ceil(task.duration * self.limit_factor)
 
-    def _backfill(self, now: int) -> None:
-        left: list[Task] = []
-        head: Task | None = None  # the first task that does not fit: it holds the reservation
-        shadow: float = math.inf
-        then: Pool | None = None
-        refused: set[tuple[int, int]] = set()
-        for task in self.queue:
-            key = (task.gpus, task.milli)
-            if self.held.get(id(task), 0) > now or key in refused:
+    def _backfill(self, now: int, again: bool = True) -> None:
+        """One pass of the backfill scheduler (the module's docstring says what it does);
+        not ``again``, the last pass goes on with the tasks that arrived since."""
+        if again or self.plan is None:
+            pool, limit_of = self.pool, self.limit
+            ends = [(r.start + limit_of(r.task), *pool.counted(r.hold)) for _, _, r in self.running]
+            self.plan = Timeline(now, pool.counts(), ends)
+            self.planned = self.tested = 0
+        else:
+            self.plan.advance(now)
+        plan, seen = self.plan, self.planned
+        left = self.queue[:seen]
+        for task in self.queue[seen:]:
+            if self.tested == BF_MAX_JOB_TEST or self.held.get(id(task), 0) > now:
                 left.append(task)
                 continue
-            if head is None:
-                outcome = self._start(task, now)
-                if outcome is not STARTED:
-                    left.append(task)
-                if outcome is None or outcome == KEPT_OFF:
-                    head = task
-                    shadow, then = self._reserve(task)
-                continue
-            outcome = self._backfills(task, now, head, shadow, then)
-            if outcome is None:
-                refused.add(key)
-            if outcome is not STARTED:
-                left.append(task)
+            limit = self.limit(task)
+            needs = self.pool.needs(task)
+            first = plan.earliest(needs, limit)
+            if first is not None and first[0] == now:
+                outcome = self._start(task, now, plan.room(now + limit))
+                if isinstance(outcome, Run):
+                    plan.take(now, now + limit, *self.pool.counted(outcome.hold))
+                    continue
+                # Slurm's counts fit and the pool would not place it (mig: the prolog
+                # requeued it; fluid, shared: no one GPU has room): it reserves nothing
+                # and is tried again in the next pass.
+                first = None
+            self.tested += 1
+            left.append(task)
+            if first is not None:
+                second, counter, count = first
+                plan.take(second, second + limit, counter, count)
         self.queue = left
-        self.reservation = (head, shadow, then)
-
-    def _backfills(
-        self, task: Task, now: int, head: Task, shadow: float, then: Pool | None
-    ) -> str | None:
-        """Start ``task`` now if that does not delay ``head``'s reservation at ``shadow``.
-        As :meth:`_start` says (None: it does not fit now), or :data:`HELD_BACK`."""
-        trial = self.pool.clone().try_start(task)
-        if trial is None or trial == KEPT_OFF:
-            return trial
-        if isinstance(trial, Hold) and now + self.limit(task) > shadow:
-            # Still running at the reserved second: the head must fit beside it then.
-            if then is None or not _fits_beside(then, trial, head):
-                return HELD_BACK
-            then.occupy(trial)
-        return self._start(task, now)
-
-    def _reserve(self, head: Task) -> tuple[float, Pool | None]:
-        """The earliest second ``head`` fits if what runs ends at its limit, and the pool
-        as it would be then, without ``head`` (None: never; only a task bigger than
-        every node, which :meth:`Pool.check` refuses, could get that)."""
-        then = self.pool.clone()
-        ends = sorted((r.start + self.limit(r.task), seq, r) for _, seq, r in self.running)
-        k = 0
-        while k < len(ends):
-            second = ends[k][0]
-            while k < len(ends) and ends[k][0] == second:
-                then.release(ends[k][2].hold)
-                k += 1
-            if isinstance(then.clone().try_start(head), Hold):
-                return second, then
-        return math.inf, None
-
-
-def _fits_beside(then: Pool, hold: Hold, head: Task) -> bool:
-    """Whether ``head`` fits in ``then`` once ``hold`` is taken there too."""
-    trial = then.clone()
-    trial.occupy(hold)
-    return isinstance(trial.try_start(head), Hold)
+        self.planned = len(left)
 
 
 def _measure(

@@ -11,7 +11,7 @@ freed slices, takes the node out of the ExcNodeList of every job it recorded.  A
 node's free slices only grow when something on it ends, so until then the job could
 not fit there anyway.
 
-Measured on Slurm 22.05 (the sandbox):
+Measured on Slurm 22.05, 24.11 and 26.05 (the sandbox; tests/data/probe-excnodelist.sh):
 
 * ExcNodeList cannot change while the job runs ("Job is no longer pending
   execution"); right after ``scontrol requeue`` (the job COMPLETING on its way to

@@ -48,3 +48,14 @@ def test_a_plan_moves_forward_only_until_a_span_starts() -> None:
     assert plan.now == 59
     with pytest.raises(ValueError, match="a span starts at 60"):
         plan.advance(60)
+
+
+def test_runs_follow_each_reservation_and_the_plans_present() -> None:
+    plan = Timeline(0, [2], [(40, 0, 1)])
+    assert plan.runs(0, 3) == ([40], [-1])
+    assert plan.runs(0, 2) == ([0], [-1])
+    plan.take(10, 20, 0, 1)  # the runs of the counter are found anew
+    assert plan.runs(0, 2) == ([0, 20], [10, -1])
+    assert plan.earliest([(0, 2)], 15) == (20, 0, 2)
+    plan.advance(5)
+    assert plan.runs(0, 2) == ([5, 20], [10, -1])

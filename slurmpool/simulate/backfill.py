@@ -35,6 +35,11 @@ class Timeline:
             self.starts.append(second)
             for counter, column in enumerate(self.free):
                 column.append(level[counter])
+        # Per (counter, how many): the runs of spans with that many free, as (first
+        # seconds, seconds they end at, -1: never), kept while the counter is unchanged
+        # (its number of changes, ``changes``, is the same).
+        self.changes = [0] * len(self.free)
+        self._runs: dict[Need, tuple[int, list[int], list[int]]] = {}
 
     @property
     def now(self) -> int:
@@ -46,28 +51,44 @@ class Timeline:
         if len(self.starts) > 1 and now >= self.starts[1]:
             raise ValueError(f"the plan cannot move to {now}: a span starts at {self.starts[1]}")
         self.starts[0] = max(self.starts[0], now)
+        self._runs.clear()  # a run from the first span starts later now
 
     def earliest(self, needs: Iterable[Need], limit: int) -> tuple[int, int, int] | None:
         """``(second, counter, how many)``: the first second from which one of ``needs``
         is free for ``limit`` seconds, the first of ``needs`` at a tie; None when none
         ever is."""
-        starts, last = self.starts, len(self.starts) - 1
         best: tuple[int, int, int] | None = None
         for counter, count in needs:
-            column = self.free[counter]
-            run = -1  # the first span of the current run with enough
-            for k in range(last + 1):
-                if run < 0 and best is not None and starts[k] >= best[0]:
-                    break  # a run from here would start no earlier than the best
-                if column[k] < count:
-                    run = -1
-                    continue
-                if run < 0:
-                    run = k
-                if k == last or starts[k + 1] >= starts[run] + limit:
-                    best = (starts[run], counter, count)
+            firsts, ends = self.runs(counter, count)
+            for first, end in zip(firsts, ends, strict=True):
+                if best is not None and first >= best[0]:
+                    break  # no earlier than the best
+                if end < 0 or end - first >= limit:
+                    best = (first, counter, count)
                     break
         return best
+
+    def runs(self, counter: int, count: int) -> tuple[list[int], list[int]]:
+        """The runs of spans in which ``counter`` has ``count`` free: the second each
+        starts, and the second it ends (-1: it never does)."""
+        known = self._runs.get((counter, count))
+        if known is not None and known[0] == self.changes[counter]:
+            return known[1], known[2]
+        firsts: list[int] = []
+        ends: list[int] = []
+        inside = False
+        for start, free in zip(self.starts, self.free[counter], strict=True):
+            if free >= count:
+                if not inside:
+                    firsts.append(start)
+                    inside = True
+            elif inside:
+                ends.append(start)
+                inside = False
+        if inside:
+            ends.append(-1)
+        self._runs[counter, count] = (self.changes[counter], firsts, ends)
+        return firsts, ends
 
     def room(self, until: int) -> list[int]:
         """Per counter, the least free from now to ``until``."""
@@ -83,6 +104,7 @@ class Timeline:
         column = self.free[counter]
         for k in range(first, end):
             column[k] -= count
+        self.changes[counter] += 1
 
     def _cut(self, second: int) -> int:
         """The span that starts at ``second``, splitting the one it falls in."""

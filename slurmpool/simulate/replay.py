@@ -206,7 +206,7 @@ class Replay:
         self.requeues = 0
         self.series = QueueSeries(0, 1)  # the queue's length over time, from play()
         # backfill: the plan of the last pass, how many queued tasks it has seen, and
-        # how many of them it tested (tried to start or reserved for)
+        # how many of them it planned and left waiting (at most BF_MAX_JOB_TEST)
         self.plan: Timeline | None = None
         self.planned = 0
         self.tested = 0

@@ -1,4 +1,5 @@
-"""``slurmpool sandbox up|down|status|env|exec``: a real Slurm cluster on this machine."""
+"""``slurmpool sandbox up|down|status|env|restart|add-user|exec``: a real Slurm cluster
+on this machine."""
 
 from __future__ import annotations
 
@@ -150,6 +151,28 @@ def env(directory: Path) -> None:
             click.echo(line)
     except SandboxError as e:
         _fail(str(e))
+
+
+@sandbox.command()
+@dir_option
+@click.argument("daemons", nargs=-1, required=True)
+def restart(directory: Path, daemons: tuple[str, ...]) -> None:
+    """Restart DAEMONS (names as ``sandbox status`` lists them: ``slurmctld``,
+    ``slurmd-sbx1``, ``monitord-sbx1``, ...) one after the other, by PID, so that they
+    read the configuration as it is now; wait until each serves again.
+
+    Example, after an edit of the sandbox's slurm.conf::
+
+        slurmpool sandbox restart slurmctld slurmd-sbx1 slurmd-sbx2
+    """
+    sb = _sandbox(directory)
+    for name in daemons:
+        try:
+            d = sb.restart(name)
+        except SandboxError as e:
+            _fail(str(e))
+            return
+        click.echo(f"restarted {name} (pid {d.pid})")
 
 
 @sandbox.command("add-user")

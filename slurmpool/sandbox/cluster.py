@@ -224,6 +224,15 @@ def wait_for(
         interval_s = min(interval_s * 1.5, 1.0)
 
 
+def _now_iso() -> str:
+    """Now as Slurm prints times by default (local time, to the second)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _ctld_answers(slurm: Runner) -> bool:
+    return slurm.run("scontrol", "ping", check=False, timeout=10).stdout.count("UP") > 0
+
+
 def namespace_argv(
     runner: Runner, binds: Sequence[tuple[Path, Path]], argv: Sequence[str]
 ) -> list[str]:
@@ -457,20 +466,58 @@ class Sandbox:
         return f"http://127.0.0.1:{st.ports[f'monitord:{node}']}"
 
     def restart(self, name: str) -> procs.Daemon:
-        """Stop daemon ``name`` (e.g. ``monitord-sbx1``) by PID and start it again as it
-        was started; wait until it serves again."""
+        """Stop daemon ``name`` (e.g. ``monitord-sbx1``, ``slurmd-sbx1``, ``slurmctld``)
+        by PID and start it again as it was started, reading the configuration as it is
+        now; wait until it serves again (a slurmd: until slurmctld has its new
+        registration)."""
         st = self.state()
         old = next((d for d in st.daemons if d.name == name), None) if st else None
         if st is None or old is None:
             raise SandboxError(f"no daemon {name!r} in the sandbox at {self.layout.root}")
+        node = name.removeprefix("slurmd-") if name.startswith("slurmd-") else None
+        started_before = self._slurmd_start_time(node) if node else None
         procs.stop([old])
         st.daemons.remove(old)
+        if started_before is not None:
+            # SlurmdStartTime counts seconds: a slurmd started in the same second as the
+            # last one (26.05 re-executes slurmd on reconfigure) would look unregistered.
+            wait_for(name, lambda: _now_iso() != started_before, 2)
         env = self.runner.child_env()
         env["SLURM_CONF"] = st.slurm_conf
         d = self._spawn(st, name, old.argv, env)
         if name.startswith("monitord-"):
             self._wait_monitord(st, d)
+            return d
+        if node:
+
+            def ready() -> bool:
+                # SlurmdStartTime changes when slurmctld takes the new registration.
+                return self._slurmd_start_time(node) not in (None, started_before)
+
+        elif name == "slurmctld":
+            sr = self.runner.with_conf(st.slurm_conf)
+
+            def ready() -> bool:
+                # A restarted slurmctld knows no node's state until each slurmd answers.
+                return _ctld_answers(sr) and all(n.state != "UNKNOWN" for n in self.nodes())
+
+        else:
+            return d
+        try:
+            wait_for(name, ready, 30, lambda: procs.is_running(d))
+        except SandboxError:
+            raise self._fail(name, d, self.layout.log(name)) from None
         return d
+
+    def _slurmd_start_time(self, node: str) -> str | None:
+        st = self.state()
+        if st is None:
+            return None
+        res = self.runner.with_conf(st.slurm_conf).run(
+            "scontrol", "show", "node", node, check=False, timeout=10
+        )
+        nodes = parse_nodes(res.stdout) if res.ok else []
+        return nodes[0].record.get("SlurmdStartTime") if nodes else None
 
     def _wait_monitord(self, state: SandboxState, d: procs.Daemon) -> None:
         node = d.name.removeprefix("monitord-")
@@ -824,11 +871,8 @@ class Sandbox:
             env,
         )
 
-        def ctld_ready() -> bool:
-            return sr.run("scontrol", "ping", check=False, timeout=10).stdout.count("UP") > 0
-
         try:
-            wait_for("slurmctld", ctld_ready, 30, lambda: procs.is_running(ctld))
+            wait_for("slurmctld", lambda: _ctld_answers(sr), 30, lambda: procs.is_running(ctld))
         except SandboxError:
             raise self._fail("slurmctld", ctld, L.log("slurmctld")) from None
 

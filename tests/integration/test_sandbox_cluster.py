@@ -191,17 +191,20 @@ def test_each_node_runs_its_monitord(cluster: Cluster) -> None:
         assert sorted(ln.rsplit(" ", 1)[1] for ln in lines) == ["0.0", "1.0", "1.0"]
 
 
-def _exec(cluster: Cluster, node: str, *command: str) -> subprocess.CompletedProcess[str]:
+def _sandbox_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     directory = str(cluster.sandbox.layout.root)
-    argv = [sys.executable, "-m", "slurmpool", "sandbox", "exec", "--dir", directory, node]
     return subprocess.run(
-        [*argv, "--", *command],
+        [sys.executable, "-m", "slurmpool", "sandbox", args[0], "--dir", directory, *args[1:]],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
         check=False,
         env=cluster.slurm.child_env(),
     )
+
+
+def _exec(cluster: Cluster, node: str, *command: str) -> subprocess.CompletedProcess[str]:
+    return _sandbox_cli(cluster, "exec", node, "--", *command)
 
 
 def test_sandbox_exec_runs_node_side_commands_in_the_nodes_view(cluster: Cluster) -> None:
@@ -218,6 +221,35 @@ def test_sandbox_exec_runs_node_side_commands_in_the_nodes_view(cluster: Cluster
     assert (res.returncode, res.stdout) == (3, "sbx2\n")
     res = _exec(cluster, "sbx9", "true")
     assert res.returncode == 1 and "no node 'sbx9'" in res.stderr
+
+
+def test_restart_starts_daemons_anew_and_waits_until_they_serve(cluster: Cluster) -> None:
+    def sbx1() -> dict[str, str]:
+        return parse_nodes(cluster.slurm.run("scontrol", "show", "node", "sbx1").stdout)[
+            0
+        ].record.as_dict()
+
+    cluster.slurm.run(
+        "scontrol", "update", "NodeName=sbx1", "AvailableFeatures=spA", "ActiveFeatures=spA"
+    )
+    before = sbx1()
+    pids = {d.name: d.pid for d in cluster.sandbox.running()}
+    # Twice in a row: the second slurmd starts within the second of the first.
+    res = _sandbox_cli(cluster, "restart", "slurmd-sbx1", "slurmd-sbx1", "slurmctld")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("restarted slurmd-sbx1 (pid ") == 2
+    after = {d.name: d.pid for d in cluster.sandbox.running()}
+    assert after.keys() == pids.keys()
+    assert [n for n in pids if pids[n] != after[n]] == ["slurmctld", "slurmd-sbx1"]
+    # Back as it was, with the new slurmd registered; a restarted slurmctld reads node
+    # features from slurm.conf again (tests/data/probe-node-features.sh).
+    node = sbx1()
+    assert node["SlurmdStartTime"] != before["SlurmdStartTime"]
+    assert node["ActiveFeatures"] == "(null)" and node["State"] == "IDLE"
+    job = cluster.submit("-w", "sbx1", "--wrap", "true")
+    assert cluster.wait(job) == "COMPLETED"
+    res = _sandbox_cli(cluster, "restart", "slurmd-sbx9")
+    assert res.returncode == 1 and "no daemon 'slurmd-sbx9'" in res.stderr
 
 
 def test_slurmdbd_starts_without_errors(cluster: Cluster) -> None:

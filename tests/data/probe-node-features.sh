@@ -61,56 +61,15 @@
 #   reboots its node;
 # - Weight only orders the nodes that fit; it cannot keep a job off a node.
 set -euo pipefail
-slurmpool=${SLURMPOOL:-/opt/slurmpool/bin/slurmpool}
-dir=/tmp/sp-probe-features
-"$slurmpool" sandbox up --dir "$dir" >/dev/null
-trap '"$slurmpool" sandbox down --dir "$dir" >/dev/null' EXIT
-eval "$("$slurmpool" sandbox env --dir "$dir")"
-etc=$(dirname "$SLURM_CONF")
-cd /tmp
+source "$(dirname "$0")/probe-lib.sh"
+probe_sandbox /tmp/sp-probe-features
 
-job_field() {  # JOBID NAME: the job's NAME=value from scontrol
-  scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
-}
-node_field() {  # NODE NAME
-  scontrol show node "$1" | tr ' ' '\n' | sed -n "s/^ *$2=//p" | head -1
-}
 features() {  # NODE: avail=... active=...
   echo "avail=$(node_field "$1" AvailableFeatures) active=$(node_field "$1" ActiveFeatures)"
 }
 set_features() {  # NODE AVAIL ACTIVE
   scontrol update NodeName="$1" AvailableFeatures="$2" ActiveFeatures="$3"
 }
-until_true() {  # SECONDS COMMAND...: poll COMMAND every 0.2 s; 1 if it never held
-  local end=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    [ "$SECONDS" -ge "$end" ] && return 1
-    sleep 0.2
-  done
-}
-job_is() { [ "$(job_field "$1" "$2")" = "$3" ]; }
-no_jobs() { [ -z "$(squeue -h -o %i)" ]; }
-clear_jobs() {
-  scancel --quiet --user=root || true
-  until_true 60 no_jobs || echo "(jobs left after scancel: $(squeue -h -o '%i %T' | paste -sd,))"
-}
-bf_cycles() { sdiag | sed -n 's/^[[:space:]]*Total cycles: //p' | head -1; }
-bf_passed() { [ "$(bf_cycles)" -ge "$1" ]; }
-wait_bf() {  # two backfill cycles from now (the first may have started before)
-  local want=$(($(bf_cycles) + 2))
-  until_true 60 bf_passed "$want" || echo "(backfill ran $(bf_cycles) cycles, waited for $want)"
-}
-submit() { sbatch --parsable -o /dev/null "$@"; }
-run_state() {  # JOBID...: id=STATE@NODE for each
-  local j
-  for j in "$@"; do printf '%s=%s@%s ' "$j" "$(job_field "$j" JobState)" "$(job_field "$j" NodeList)"; done
-}
-all_running() {
-  local j
-  for j in "$@"; do job_is "$j" JobState RUNNING || return 1; done
-}
-restart() { "$slurmpool" sandbox restart --dir "$dir" "$@" >/dev/null; }
 
 # -- the site's changes, read at a restart of every Slurm daemon --
 sed -i 's/^SchedulerParameters=.*/&,bf_interval=1/' "$SLURM_CONF"
@@ -150,10 +109,7 @@ echo "f-one-job: sbx1 weight 100, sbx2 weight 1: runs on $(job_field "$one" Node
 clear_jobs
 burst=()
 for _ in $(seq 20); do burst+=("$(submit --hold -n1 --wrap 'sleep 300')"); done
-scontrol release "$(
-  IFS=,
-  echo "${burst[*]}"
-)"
+release "${burst[@]}"
 until_true 60 all_running "${burst[@]}" || true
 echo "f-burst: 20 one-CPU jobs: $(for j in "${burst[@]}"; do job_field "$j" NodeList; done | sort | uniq -c | awk '{printf "%s on %s, ", $1, $2}')$(for j in "${burst[@]}"; do job_field "$j" JobState; done | sort | uniq -c | awk '{printf "%s %s ", $1, $2}')"
 clear_jobs
@@ -164,10 +120,7 @@ set_features sbx1 site,spA site,spA
 set_features sbx2 site,spA site
 held=()
 for _ in 1 2 3 4; do held+=("$(submit --hold -C spA -n1 --wrap 'sleep 300')"); done
-scontrol release "$(
-  IFS=,
-  echo "${held[*]}"
-)"
+release "${held[@]}"
 until_true 60 all_running "${held[@]}" || true
 starts=$(for j in "${held[@]}"; do job_field "$j" StartTime; done | sort -u | paste -sd' ')
 echo "c-one-pass: spA active on sbx1 only, 4 jobs -C spA released at once: $(run_state "${held[@]}")start times: $starts"
@@ -252,8 +205,7 @@ if ! restart slurmctld slurmd-sbx1 slurmd-sbx2 2>"$dir/restart.err"; then
   exit 0
 fi
 echo "e-start: sbx1 $(features sbx1) state=$(node_field sbx1 State)"
-said=$(set_features sbx1 site,spA,spmode1,spmode2 site,spA,spmode1 2>&1) && said="accepted${said:+ ($said)}" || said="refused: $said"
-echo "e-update-plain: $said; now $(features sbx1)"
+echo "e-update-plain: $(said set_features sbx1 site,spA,spmode1,spmode2 site,spA,spmode1); now $(features sbx1)"
 ej=$(submit -w sbx1 -C spmode2 -n1 --wrap 'sleep 60' 2>&1) || true
 if [[ "$ej" =~ ^[0-9]+$ ]]; then
   sleep 10

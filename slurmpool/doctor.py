@@ -43,6 +43,7 @@ from slurmpool.configgen.nodeconfig import (
     NodeConfigError,
     load_node_config,
 )
+from slurmpool.fit import FIT_GRES
 from slurmpool.hostlist import HostList, HostlistError
 from slurmpool.install import (
     HOOKS,
@@ -410,6 +411,10 @@ def expected_node_gres(fragment_text: str, node: str) -> str | None:
     return None
 
 
+def _without_fit_counts(totals: dict[str, int]) -> dict[str, int]:
+    return {k: 0 if k.split(":")[0] == FIT_GRES else n for k, n in totals.items()}
+
+
 def check_slurm_version(config: NodeConfig, runner: Runner) -> Iterator[Finding]:
     """The config is for the Slurm release this node runs: what it uses (Extra in
     job_submit.lua, the prolog's ``scontrol --json``) depends on it."""
@@ -471,8 +476,10 @@ def check_slurm_node(config: NodeConfig, opts: DoctorOptions, runner: Runner) ->
         )
         return
     node = nodes[0]
-    want = gres_totals(parse_gres(want_text))
-    have = gres_totals(list(node.gres))
+    # The fit counts change as the node's hooks publish what it can carve: their types
+    # must be there, their counts are the hooks' to set.
+    want = _without_fit_counts(gres_totals(parse_gres(want_text)))
+    have = _without_fit_counts(gres_totals(list(node.gres)))
     if want != have:
         yield Finding(
             "slurm-node",

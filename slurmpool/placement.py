@@ -16,9 +16,12 @@ from slurmpool.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any, TypeVar
 
     from slurmpool.catalogue import GpuInstanceProfile, GpuModel
+
+    K = TypeVar("K")
 
 
 @record(frozen=True, slots=True, order=True)
@@ -269,3 +272,24 @@ def choose_gpu(gpus: Sequence[GpuOccupancy], profile: str) -> NodeChoice | None:
         if best_key is None or key < best_key:
             best, best_key = NodeChoice(gpu.index, pl), key
     return best
+
+
+def _by_name(p: GpuInstanceProfile) -> Any:
+    return p.name
+
+
+def free_capacity(
+    gpus: Sequence[GpuOccupancy], key: Callable[[GpuInstanceProfile], K] = _by_name
+) -> dict[K, int]:
+    """How many more instances of each standard profile the node could take (one profile at
+    a time, summed over GPUs), keyed by ``key(profile)``: its name, or e.g. its slices."""
+    total: dict[K, int] = {}
+    for g in gpus:
+        eng = engine_for(g.model)
+        for name, n in eng.capacity(g.instances).items():
+            p = eng.profile(name)
+            used = sum(1 for i in g.instances if i.profile == name)
+            n = min(n, max(0, p.max_count - used))
+            k = key(p)
+            total[k] = total.get(k, 0) + n
+    return total

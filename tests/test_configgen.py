@@ -68,7 +68,8 @@ def test_slurm_fragment() -> None:
     policy = load_policy(SANDBOX, variables={"root": "/r"})
     text = generate(policy, installed=NODE_SLURM).files["slurmpool.conf"]
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-    assert "GresTypes=gpu,vgpu" in lines
+    assert "GresTypes=gpu,vgpu,vgpufit" in lines
+    # The fit counts steer Slurm's choice of node; accounting keeps counting vgpu.
     assert "AccountingStorageTRES=gres/gpu,gres/vgpu" in lines
     assert "PrologFlags=Alloc" in lines
     assert "JobSubmitPlugins=lua" in lines
@@ -80,7 +81,8 @@ def test_slurm_fragment() -> None:
     ]:
         assert f"{key}=/r/hooks/{name}" in lines
     assert (
-        "NodeName=sbx[1-2] CPUs=16 RealMemory=4000 Gres=gpu:a100:1,vgpu:14 NodeAddr=127.0.0.1 "
+        "NodeName=sbx[1-2] CPUs=16 RealMemory=4000 Gres=gpu:a100:1,vgpu:14,vgpufit:s1:14,"
+        "vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2 NodeAddr=127.0.0.1 "
         "Port=[17001-17002] State=UNKNOWN"
     ) in lines
     assert "PartitionName=pool Nodes=sbx[1-2] Default=YES MaxTime=INFINITE State=UP" in lines

@@ -156,9 +156,16 @@ def test_cli_json_and_exit_status(tmp_path: Path) -> None:
     assert "fix: install -d" in bad.stdout
 
 
+SANDBOX_FIT = "vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
+
+
 @pytest.mark.parametrize(
     ("node", "expected"),
-    [("sbx1", "gpu:a100:1,vgpu:14"), ("sbx2", "gpu:a100:1,vgpu:14"), ("gpu1", None)],
+    [
+        ("sbx1", "gpu:a100:1,vgpu:14," + SANDBOX_FIT),
+        ("sbx2", "gpu:a100:1,vgpu:14," + SANDBOX_FIT),
+        ("gpu1", None),
+    ],
 )
 def test_expected_node_gres(node: str, expected: str | None) -> None:
     policy = load_policy(EXAMPLE, variables={"root": "/x"})

@@ -12,9 +12,10 @@ from typing import Any
 from slurmpool.catalogue import Catalogue, GpuModel
 from slurmpool.configgen.inventory import ConfigError, Inventory, InventoryGpu
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_SCHEMA
+from slurmpool.fit import FIT_GRES, carvable, fit_sizes, fit_type
 from slurmpool.gresorder import GresGpu, gpu_gres_types, mig_type_name, shared_type_name
 from slurmpool.modes import GpuMode
-from slurmpool.placement import engine_for
+from slurmpool.placement import GpuOccupancy, engine_for
 from slurmpool.policy.model import GpuSpec, NodeGroup, Policy
 from slurmpool.policy.validate import carve_sizes
 
@@ -175,6 +176,7 @@ def plan_class(
             gres_counts["shard"] = gres_counts.get("shard", 0) + spec.shares
         gpus_out.append(entry)
     mig_pool = group.vgpu_unit == "compute-slice" and group.vgpu_count
+    fit: dict[int, int] = {}
     if mig_pool:
         pooled = ", ".join(str(g.index) for g in group.pooled_gpus)
         lines.append(
@@ -183,12 +185,24 @@ def plan_class(
                 f"GPUs {pooled}: pooled, {group.units_per_gpu} vgpu ({group.vgpu_unit}) each",
             )
         )
+        fit = empty_fit_counts(group, cat)
+        for i, (size, count) in enumerate(fit.items()):
+            lines.append(
+                GresLine(
+                    f"NodeName={nodes} Name={FIT_GRES} Type={fit_type(size)} Count={count}",
+                    "instances of each size the node can carve: an empty node's counts "
+                    "(its hooks publish the live ones)"
+                    if i == 0
+                    else "",
+                )
+            )
     # gpu types in the order Slurm is to number the node's GPUs (slurmpool.gresorder).
     order = gpu_gres_types(GresGpu(g.index, g.mode, g.slurm_type, g.layout) for g in group.gpus)
     gres = [f"gpu:{t}:{gres_counts[f'gpu:{t}']}" for t in order]
     gres += [f"{k}:{v}" for k, v in sorted(gres_counts.items()) if not k.startswith("gpu:")]
     if mig_pool:
         gres.append(f"vgpu:{group.vgpu_count}")
+        gres += [f"{FIT_GRES}:{fit_type(size)}:{count}" for size, count in fit.items()]
     params = [
         f"NodeName={nodes}",
         f"CPUs={group.cpus}",
@@ -208,6 +222,20 @@ def plan_class(
         "gpus": gpus_out,
     }
     return NodeClass(group=group, nodename=" ".join(params), gres=lines, node_config=node_config)
+
+
+def empty_fit_counts(group: NodeGroup, cat: Catalogue) -> dict[int, int]:
+    """The :data:`~slurmpool.fit.FIT_GRES` count of each instance size on a node of a MIG
+    pool whose GPUs are empty: what gres.conf says, and Slurm counts until the node's
+    hooks publish what it can carve (and again after each slurmd registration)."""
+    gpus = [
+        GpuOccupancy(g.index, cat.get(g.model)) for g in group.pooled_gpus if g.mode is GpuMode.MIG
+    ]
+    if not gpus:
+        return {}
+    table = profile_table(gpus[0].model)
+    slices = {int(n): gpus[0].model.gi_profile(p).slices for n, p in table.items()}
+    return carvable(gpus, fit_sizes(group.units_per_gpu, slices.get))
 
 
 def profile_table(model: GpuModel) -> dict[str, str]:
@@ -241,11 +269,20 @@ def pool_gres(group: NodeGroup) -> str:
 
 
 def gres_types(policy: Policy) -> list[str]:
-    """GresTypes: gpu and vgpu always, shard where a group shares GPUs."""
+    """GresTypes: gpu and vgpu always, shard where a group shares GPUs, and the fit
+    counts where a group pools MIG slices."""
     out = ["gpu", "vgpu"]
     if any(g.vgpu_unit == "share" for g in policy.node_groups):
         out.append("shard")
+    if any(g.vgpu_unit == "compute-slice" and g.vgpu_count for g in policy.node_groups):
+        out.append(FIT_GRES)
     return out
+
+
+def accounted_gres(policy: Policy) -> list[str]:
+    """The GRES whose use accounting records (AccountingStorageTRES): not the fit
+    counts, which only steer Slurm's choice of node; reports read ``gres/vgpu``."""
+    return [t for t in gres_types(policy) if t != FIT_GRES]
 
 
 def lua_pools(policy: Policy, cat: Catalogue) -> list[LuaPool]:

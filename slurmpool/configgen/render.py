@@ -12,7 +12,14 @@ from slurmpool.catalogue import Catalogue, default_catalogue
 from slurmpool.configgen.files import CGROUP_CONF, GRES_CONF, JOB_SUBMIT_LUA, SLURM_FRAGMENT
 from slurmpool.configgen.inventory import ConfigError, Inventory, match_inventories
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
-from slurmpool.configgen.plan import HOOK_NAMES, gres_types, lua_pools, node_config, plan_class
+from slurmpool.configgen.plan import (
+    HOOK_NAMES,
+    accounted_gres,
+    gres_types,
+    lua_pools,
+    node_config,
+    plan_class,
+)
 from slurmpool.policy.model import Policy
 from slurmpool.resources import templates_dir
 from slurmpool.slurm.version import InstalledSlurm, parse_version
@@ -97,6 +104,7 @@ def generate(
         "partitions": partitions,
         "cgroup_plugin": policy.cgroup_plugin,
         "gres_types": gres_types(policy),
+        "accounted_gres": accounted_gres(policy),
         "pools": lua_pools(policy, cat),
         "partition_names": [p.name for p in policy.partitions],
         "default_partition": default.name if default is not None else None,

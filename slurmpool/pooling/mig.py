@@ -86,22 +86,6 @@ def _slices(gpus: Sequence[GpuOccupancy], profile: str) -> int:
     return 0
 
 
-def free_capacity(gpus: Sequence[GpuOccupancy]) -> dict[str, int]:
-    """How many more instances of each standard profile the node could take (one profile at
-    a time, summed over GPUs)."""
-    from slurmpool.placement import engine_for
-
-    total: dict[str, int] = {}
-    for g in gpus:
-        eng = engine_for(g.model)
-        for name, n in eng.capacity(g.instances).items():
-            p = eng.profile(name)
-            used = sum(1 for i in g.instances if i.profile == name)
-            n = min(n, max(0, p.max_count - used))
-            total[name] = total.get(name, 0) + n
-    return total
-
-
 def instance_of(record: Allocation, instances: Sequence[MigInstance]) -> MigInstance | None:
     """The instance (among ``instances``, those of the record's GPU) a record owns:
     by MIG UUID once known, else by placement.

@@ -10,7 +10,8 @@ import time
 
 from slurmpool.catalogue import default_catalogue
 from slurmpool.modes import GpuMode
-from slurmpool.pooling.mig import MigGpu, free_capacity, instance_of, occupancy
+from slurmpool.placement import free_capacity
+from slurmpool.pooling.mig import MigGpu, instance_of, occupancy
 from slurmpool.pooling.shared import free_shares
 from slurmpool.state.db import store_path
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from slurmpool.records import record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
 
 @record(frozen=True, slots=True)
 class Gres:
@@ -89,3 +93,39 @@ def gres_totals(items: list[Gres]) -> dict[str, int]:
         if g.type is not None:
             totals[g.key] = totals.get(g.key, 0) + g.count
     return totals
+
+
+def format_gres(items: Iterable[Gres]) -> str:
+    """A GRES list as ``scontrol update NodeName=... Gres=`` takes it: ``NAME[:TYPE]:COUNT``
+    items without the details Slurm prints, such as ``(S:0-7)``.
+
+    Measured on 22.05 (``tests/data/probe-count-gres.sh``): an update without a core
+    binding keeps the one gres.conf gives (the node still prints ``(S:0-7)``).
+    """
+    return ",".join(str(g) for g in items)
+
+
+def with_counts(items: Sequence[Gres], name: str, counts: Mapping[str, int]) -> list[Gres]:
+    """``items`` with the count of each ``name:TYPE`` that ``counts`` keys by TYPE set to
+    its value; every other item (the site's GRES, types ``counts`` does not name) kept
+    as it is and where it is.
+
+    ``scontrol update NodeName=... Gres=`` replaces the node's whole list, and a GRES it
+    leaves out is lost until slurmctld restarts: an update is built from the whole list.
+    A type ``counts`` names that ``items`` lack is not added.
+    """
+    out = []
+    for g in items:
+        if g.name == name and g.type is not None and g.type in counts:
+            g = Gres(g.name, g.type, counts[g.type])
+        out.append(g)
+    return out
+
+
+def type_counts(items: Iterable[Gres], name: str) -> dict[str, int]:
+    """The count of each type of GRES ``name`` in ``items`` (a node's Gres or GresUsed)."""
+    out: dict[str, int] = {}
+    for g in items:
+        if g.name == name and g.type is not None:
+            out[g.type] = out.get(g.type, 0) + g.count
+    return out

@@ -14,7 +14,8 @@
 #   named `hostile "q" $(touch /tmp/pwned) `id`` with --comment 'c1 x=y' and
 #   AdminComment 'sp1:ABC def' (scontrol update);
 # - show-job-gpu-running-d.txt / show-job-running.txt: a --gres=gpu:1 job on sbx1,
-#   with and without -d; show-node-allocated.txt: `scontrol show node` meanwhile;
+#   with and without -d; show-node-allocated.txt: `scontrol show node` meanwhile,
+#   and show-node-allocated-d.txt: `scontrol -d show node sbx1` (GresUsed);
 # - show-job-pending.txt: a --gres=vgpu:14 -w sbx1 job named waiting, pending;
 # - show-job-newline-name.txt: a completed job named `two<newline>lines`;
 # - show-job-cancelled.txt: the hostile-named job after scancel;
@@ -66,6 +67,7 @@ scontrol show job -d "$hostile" > "$out/show-job-running-d.txt"
 scontrol show job -d "$gpu" > "$out/show-job-gpu-running-d.txt"
 scontrol show job "$gpu" > "$out/show-job-running.txt"
 scontrol show node > "$out/show-node-allocated.txt"
+scontrol -d show node sbx1 > "$out/show-node-allocated-d.txt"
 
 waiting=$(held -w sbx1 --gres=vgpu:14 -J waiting)
 for _ in $(seq 300); do  # pending with its reason set by a scheduling pass

@@ -36,7 +36,9 @@ def test_nodes_register_with_the_generated_gres(cluster: Cluster) -> None:
     assert sorted(n.name for n in nodes) == ["sbx1", "sbx2"]
     for node in nodes:
         want = expected_node_gres(fragment, node.name)
-        assert want == "gpu:a100:1,vgpu:14"
+        assert want == (
+            "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
+        )
         assert gres_totals(list(node.gres)) == gres_totals(parse_gres(want))
         assert node.state in ("IDLE", "MIXED", "ALLOCATED") and "DRAIN" not in node.flags
         assert node.record["NodeAddr"] == "127.0.0.1"

@@ -1,0 +1,100 @@
+"""What a MIG-pooled node tells Slurm it can carve (pure).
+
+Slurm counts ``vgpu`` units per node, while a MIG instance needs a place on one GPU:
+a node whose free units are in pieces would be sent jobs it cannot carve.  Beside
+``vgpu`` each MIG-pooled node therefore has one typed count GRES, :data:`FIT_GRES`,
+with a type per instance size in compute slices (``vgpufit:s4``), and a vgpu job
+asks for the instances its request rounds to (``vgpu:4`` -> ``vgpufit:s4:1``,
+``vgpu:14`` on A100 -> ``vgpufit:s7:2``).  Slurm uses counts up as it starts jobs,
+so one scheduling pass starts no more of a size than the node counts (measured on
+22.05, 24.11 and 26.05 by ``tests/data/probe-count-gres.sh``, where the README says
+why counts and not features or Extra).
+
+A node's count of a size is what Slurm has allocated of it on the node plus how
+many more instances of that size the node could carve now, so that what Slurm sees
+free is what can be carved.  The same functions decide it for the hooks and for
+``slurmpool simulate``.
+"""
+
+from __future__ import annotations
+
+from slurmpool.placement import free_capacity
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from slurmpool.catalogue import GpuInstanceProfile
+    from slurmpool.placement import GpuOccupancy
+
+FIT_GRES = "vgpufit"
+_TYPE_PREFIX = "s"
+
+
+def fit_type(slices: int) -> str:
+    """The GRES type of instances of ``slices`` compute slices: ``s4``.
+
+    A letter first: Slurm reads a GRES field of digits (and a k/m/g suffix) as a count.
+    """
+    return f"{_TYPE_PREFIX}{slices}"
+
+
+def fit_slices(gres_type: str) -> int | None:
+    """The size a :func:`fit_type` names, or None for a type that is not one."""
+    digits = gres_type[len(_TYPE_PREFIX) :]
+    if not gres_type.startswith(_TYPE_PREFIX) or not digits.isdigit():
+        return None
+    return int(digits)
+
+
+def fit_sizes(units_per_gpu: int, slices_of: Callable[[int], int | None]) -> tuple[int, ...]:
+    """The instance sizes vgpu requests round to on a node, smallest first.
+
+    ``slices_of(n)``: the compute slices of the profile a ``vgpu:n`` request gets on
+    one GPU (None where none does), for n up to one GPU's units.
+    """
+    sizes = {slices_of(n) for n in range(1, units_per_gpu + 1)}
+    return tuple(sorted(s for s in sizes if s is not None))
+
+
+def fit_request(
+    count: int, units_per_gpu: int, slices_of: Callable[[int], int | None]
+) -> tuple[int, int] | None:
+    """What a ``vgpu:count`` request asks of :data:`FIT_GRES`: (instance size, how
+    many), or None for a request the node cannot serve (job_submit refuses those).
+
+    Up to one GPU, one instance of the smallest profile that holds ``count`` units;
+    above it, whole GPUs (a whole multiple of one GPU's units).
+    """
+    if count < 1:
+        return None
+    if count <= units_per_gpu:
+        size = slices_of(count)
+        return None if size is None else (size, 1)
+    whole = slices_of(units_per_gpu)
+    if count % units_per_gpu or whole is None:
+        return None
+    return whole, count // units_per_gpu
+
+
+def carvable(gpus: Iterable[GpuOccupancy], sizes: Iterable[int]) -> dict[int, int]:
+    """For each size in ``sizes``: how many instances of that size the node's MIG GPUs
+    could take now, one size at a time, summed over the GPUs.
+
+    The standard profile of each size (``free_capacity``) counts placements that do
+    not overlap what each GPU holds, bounded by the profile's per-GPU maximum; a
+    profile's placements tile a board without overlapping one another, so they fit
+    all at once.
+    """
+    by_slices = free_capacity(list(gpus), key=_slices)
+    return {s: by_slices.get(s, 0) for s in sizes}
+
+
+def published_counts(allocated: Mapping[int, int], free: Mapping[int, int]) -> dict[int, int]:
+    """The count of each size the node publishes: what Slurm has allocated of it on
+    the node (``allocated``, from GresUsed) plus what it could carve now (``free``)."""
+    return {s: allocated.get(s, 0) + n for s, n in free.items()}
+
+
+def _slices(p: GpuInstanceProfile) -> int:
+    return p.slices

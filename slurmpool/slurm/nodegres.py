@@ -1,0 +1,71 @@
+"""A node's GRES counts, read from and written to slurmctld (commands built and parsed
+here; run by the caller's :class:`~slurmpool.slurm.runner.Runner`).
+
+Measured on 22.05, 24.11 and 26.05 (``tests/data/probe-count-gres.sh``):
+``scontrol update NodeName=N Gres=LIST`` is accepted idle or busy, even below what
+running jobs hold, and replaces the node's whole list; a GRES it leaves out is lost
+until slurmctld restarts.  So an update restates every GRES the node has, with only
+the counts it means to change.  Every slurmd registration and slurmctld restart puts
+gres.conf's counts back.
+"""
+
+from __future__ import annotations
+
+from slurmpool.records import record
+from slurmpool.slurm.gres import format_gres, type_counts, with_counts
+from slurmpool.slurm.parse import parse_nodes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from slurmpool.slurm.gres import Gres
+
+
+class NodeGresError(ValueError):
+    """slurmctld's answer does not describe the node asked for."""
+
+
+@record(frozen=True, slots=True)
+class NodeGres:
+    """A node's GRES as slurmctld has them: configured (``Gres``) and allocated
+    (``GresUsed``)."""
+
+    node: str
+    gres: tuple[Gres, ...]
+    used: tuple[Gres, ...]
+
+    def counts(self, name: str) -> dict[str, int]:
+        """The count of each type of GRES ``name``."""
+        return type_counts(self.gres, name)
+
+    def used_counts(self, name: str) -> dict[str, int]:
+        """What running (and completing) jobs hold of each type of GRES ``name``."""
+        return type_counts(self.used, name)
+
+
+def show_node_argv(node: str) -> list[str]:
+    """``scontrol -d show node NODE``: ``-d`` adds GresUsed."""
+    return ["scontrol", "-d", "show", "node", node]
+
+
+def parse_node_gres(text: str, node: str) -> NodeGres:
+    """The GRES of ``node`` in ``scontrol -d show node NODE`` output."""
+    for info in parse_nodes(text):
+        if info.name == node:
+            return NodeGres(node, info.gres, info.gres_used)
+    raise NodeGresError(f"scontrol show node {node}: no record of {node} in its output")
+
+
+def update_argv(node: str, gres: str) -> list[str]:
+    return ["scontrol", "update", f"NodeName={node}", f"Gres={gres}"]
+
+
+def counts_update(current: NodeGres, name: str, counts: Mapping[str, int]) -> str | None:
+    """The ``Gres=`` list that sets each type of ``name`` in ``counts`` (only the types
+    the node has), the node's other GRES restated as they are; None when the node has
+    those counts already (nothing to send)."""
+    items = with_counts(current.gres, name, counts)
+    if list(items) == list(current.gres):
+        return None
+    return format_gres(items)

@@ -1,0 +1,72 @@
+"""A node's GRES counts read from ``scontrol -d show node`` and the update that sets the
+fit counts (slurmpool.slurm.nodegres), on output recorded with each tested Slurm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmpool.slurm.gres import Gres, format_gres, parse_gres, type_counts, with_counts
+from slurmpool.slurm.nodegres import (
+    NodeGres,
+    NodeGresError,
+    counts_update,
+    parse_node_gres,
+    show_node_argv,
+    update_argv,
+)
+
+DATA = Path(__file__).parent / "data"
+VERSIONS = ["22.05", "24.11", "26.05"]
+EMPTY = {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_recorded_node_with_a_running_vgpu_job(version: str) -> None:
+    text = (DATA / f"slurm-{version}" / "show-node-allocated-d.txt").read_text()
+    node = parse_node_gres(text, "sbx1")
+    assert [g.key for g in node.gres] == [
+        "gpu:a100",
+        "vgpu",
+        *(f"vgpufit:{t}" for t in EMPTY),
+    ]
+    assert node.counts("vgpufit") == EMPTY
+    # The vgpu:3 and gpu:1 jobs hold vgpu and gpu; no job asks vgpufit yet.
+    assert node.used_counts("vgpufit") == dict.fromkeys(EMPTY, 0)
+    assert type_counts(node.used, "vgpu") == {} and any(
+        g.name == "vgpu" and g.count == 3 for g in node.used
+    )
+    update = counts_update(node, "vgpufit", {"s4": 0, "s7": 1})
+    assert update == (
+        "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:0,vgpufit:s7:1"
+    )
+    assert update_argv("sbx1", update) == ["scontrol", "update", "NodeName=sbx1", f"Gres={update}"]
+    with pytest.raises(NodeGresError, match="no record of sbx9"):
+        parse_node_gres(text, "sbx9")
+
+
+def test_nothing_to_send_when_the_counts_are_there() -> None:
+    node = NodeGres("n1", tuple(parse_gres("vgpu:14,vgpufit:s1:14,vgpufit:s7:2")), ())
+    assert counts_update(node, "vgpufit", {"s1": 14, "s7": 2}) is None
+    # A type the node does not have is not added (gres.conf did not declare it).
+    assert counts_update(node, "vgpufit", {"s5": 1}) is None
+
+
+def test_an_update_restates_the_sites_gres_without_printed_details() -> None:
+    # A core binding is printed "(S:0-1)"; the update leaves it out, and slurmctld keeps
+    # the binding gres.conf gives (tests/data/probe-count-gres.sh).
+    node = NodeGres("n1", tuple(parse_gres("gpu:a100:1(S:0-1),nic:2,vgpufit:s4:2")), ())
+    assert counts_update(node, "vgpufit", {"s4": 1}) == "gpu:a100:1,nic:2,vgpufit:s4:1"
+
+
+def test_with_counts_keeps_order_and_other_names() -> None:
+    items = parse_gres("vgpufit:s1:3,gpu:a100:1,vgpufit:s4:1,other:s4:5")
+    out = with_counts(items, "vgpufit", {"s4": 0, "s1": 7})
+    assert format_gres(out) == "vgpufit:s1:7,gpu:a100:1,vgpufit:s4:0,other:s4:5"
+    assert out[1] is items[1]
+    assert Gres("vgpufit", "s4", 0) in out
+
+
+def test_show_node_asks_for_gres_used() -> None:
+    assert show_node_argv("sbx1") == ["scontrol", "-d", "show", "node", "sbx1"]

@@ -57,3 +57,21 @@ said() {  # COMMAND...: "accepted" or "refused: <what it said>"
   local out
   if out=$("$@" 2>&1); then echo "accepted${out:+ ($out)}"; else echo "refused: $out"; fi
 }
+backfill_round() {  # LABEL R_ARGS J_ARGS COMMAND...: does backfill plan J, and keep L off?
+  # R runs on sbx1 (8 CPUs, -t 3, and R_ARGS); J asks -n16 -t 2 and J_ARGS, which only
+  # sbx1 can meet; COMMAND then runs (`true`, or one that takes J's requirement away);
+  # L asks sbx1, 8 CPUs, -t 10: it would delay J.  Prints J's plan and L's state.
+  local label=$1 r_args=$2 j_args=$3 r j l
+  shift 3
+  # shellcheck disable=SC2086 # the ARGS are words, unquoted on purpose
+  r=$(submit -w sbx1 -n8 -t 3 $r_args --wrap 'sleep 600')
+  until_true 60 job_is "$r" JobState RUNNING || true
+  # shellcheck disable=SC2086
+  j=$(submit $j_args -n16 -t 2 --wrap 'sleep 60')
+  "$@"
+  wait_bf
+  l=$(submit -w sbx1 -n8 -t 10 --wrap 'sleep 600')
+  wait_bf
+  echo "$label: J $(job_field "$j" JobState) Reason=$(job_field "$j" Reason) StartTime=$(job_field "$j" StartTime) SchedNodeList=$(job_field "$j" SchedNodeList); L $(job_field "$l" JobState) Reason=$(job_field "$l" Reason)"
+  clear_jobs
+}

@@ -100,21 +100,10 @@ until_true 60 all_running "${held[@]}" || true
 echo "x-one-pass: sp4 on sbx1 only, 4 jobs released at once: $(run_state "${held[@]}")start times: $(for j in "${held[@]}"; do job_field "$j" StartTime; done | sort -u | paste -sd' ')"
 clear_jobs
 
-backfill_round() {  # LABEL
-  local label=$1 r j l
-  set_extra sbx1 '{"sp4": 1}'
-  r=$(submit -w sbx1 -n8 -t 3 --wrap 'sleep 600')
-  until_true 60 job_is "$r" JobState RUNNING || true
-  j=$(submit --extra 'sp4>=1' -n16 -t 2 --wrap 'sleep 60')
-  [ "$label" = gone ] && set_extra sbx1 '{"sp4": 0}'
-  wait_bf
-  l=$(submit -w sbx1 -n8 -t 10 --wrap 'sleep 600')
-  wait_bf
-  echo "x-backfill-$label: J $(reason_of "$j") StartTime=$(job_field "$j" StartTime) SchedNodeList=$(job_field "$j" SchedNodeList); L $(reason_of "$l")"
-  clear_jobs
-}
-backfill_round kept
-backfill_round gone
+set_extra sbx1 '{"sp4": 1}'
+backfill_round x-backfill-kept "" "--extra sp4>=1" true
+set_extra sbx1 '{"sp4": 1}'
+backfill_round x-backfill-gone "" "--extra sp4>=1" set_extra sbx1 '{"sp4": 0}'
 
 set_extra sbx1 '{"sp4": 3}'
 scontrol reconfigure

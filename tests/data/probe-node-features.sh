@@ -37,7 +37,8 @@
 #   c-one-pass: ... 4 jobs -C spA released at once: all 4 RUNNING@sbx1, one start time
 #   b-active: J PENDING Reason=Resources StartTime=<R's end> SchedNodeList=sbx1;
 #             L PENDING Reason=Priority
-#   b-inactive: J PENDING Reason=BadConstraints SchedNodeList=; L RUNNING
+#   b-inactive: J PENDING Reason=BadConstraints SchedNodeList= (StartTime Unknown, or a
+#             time with no node); L RUNNING
 #   d-preempt-inactive: high PENDING Reason=BadConstraints; low RUNNING
 #   d-preempt-active: high RUNNING on sbx1; low PENDING Reason=BeginTime Restarts=1
 #   d-resv-create: Reservation created: spres nodes=sbx1
@@ -127,22 +128,11 @@ echo "c-one-pass: spA active on sbx1 only, 4 jobs -C spA released at once: $(run
 clear_jobs
 
 # -- (b) backfill and a feature active nowhere --
-backfill_round() {  # LABEL: R, J (-C spB) and L as in the header, spB active at submit
-  local label=$1 r j l
-  set_features sbx1 site,spA,spB site,spA,spB
-  set_features sbx2 site,spA,spB site
-  r=$(submit -w sbx1 -n8 -t 3 --wrap 'sleep 600')
-  until_true 60 job_is "$r" JobState RUNNING || true
-  j=$(submit -C spB -n16 -t 2 --wrap 'sleep 60')
-  [ "$label" = inactive ] && set_features sbx1 site,spA,spB site,spA
-  wait_bf
-  l=$(submit -w sbx1 -n8 -t 10 --wrap 'sleep 600')
-  wait_bf
-  echo "b-$label: J $(job_field "$j" JobState) Reason=$(job_field "$j" Reason) StartTime=$(job_field "$j" StartTime) SchedNodeList=$(job_field "$j" SchedNodeList); L $(job_field "$l" JobState) Reason=$(job_field "$l" Reason)"
-  clear_jobs
-}
-backfill_round active
-backfill_round inactive
+set_features sbx1 site,spA,spB site,spA,spB # spB active at J's submit
+set_features sbx2 site,spA,spB site
+backfill_round b-active "" "-C spB" true
+set_features sbx1 site,spA,spB site,spA,spB
+backfill_round b-inactive "" "-C spB" set_features sbx1 site,spA,spB site,spA
 
 # -- (d) QOS preemption --
 set_features sbx1 site,spA site,spA

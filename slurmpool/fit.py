@@ -3,17 +3,17 @@
 Slurm counts ``vgpu`` units per node, while a MIG instance needs a place on one GPU:
 a node whose free units are in pieces would be sent jobs it cannot carve.  Beside
 ``vgpu`` each MIG-pooled node therefore has one typed count GRES, :data:`FIT_GRES`,
-with a type per instance size in compute slices (``vgpufit:s4``), and a vgpu job
-asks for the instances its request rounds to (``vgpu:4`` -> ``vgpufit:s4:1``,
-``vgpu:14`` on A100 -> ``vgpufit:s7:2``).  Slurm uses counts up as it starts jobs,
-so one scheduling pass starts no more of a size than the node counts (measured on
-22.05, 24.11 and 26.05 by ``tests/data/probe-count-gres.sh``, where the README says
-why counts and not features or Extra).
+with a type per instance size in compute slices (``vgpufit:s4``), for a vgpu job to
+ask for the instances its request rounds to (:func:`fit_request`: ``vgpu:4`` ->
+``vgpufit:s4:1``, ``vgpu:14`` on A100 -> ``vgpufit:s7:2``).  Slurm uses counts up as
+it starts jobs, so one scheduling pass starts no more of a size than the node counts
+(measured on 22.05, 24.11 and 26.05 by ``tests/data/probe-count-gres.sh``; the README
+says why counts and not features or Extra).
 
-A node's count of a size is what Slurm has allocated of it on the node plus how
+A node's count of a size is to be what Slurm has allocated of it on the node plus how
 many more instances of that size the node could carve now, so that what Slurm sees
-free is what can be carved.  The same functions decide it for the hooks and for
-``slurmpool simulate``.
+free is what can be carved.  gres.conf's counts (an empty node's) come from here, and
+so are the hooks' and ``slurmpool simulate``'s to.
 """
 
 from __future__ import annotations

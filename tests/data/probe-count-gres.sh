@@ -25,6 +25,8 @@
 # - g-backfill-*: R holds sbx1's s4 (8 CPUs, -t 3); J asks -n16 and spfit:s4:1; L asks
 #   sbx1, 8 CPUs, -t 10.  Does J get a planned start, does L start?  Once with s4 held
 #   by R, once with s4 set to 0 everywhere after J's submit;
+# - g-preempt-*: QOS sphigh preempts splow (PreemptType=preempt/qos, REQUEUE): an sphigh
+#   job asking the s4 an splow job holds; then one asking s4 where the count is 0;
 # - g-after-*: s4 set to 0 on sbx1, then a slurmd restart, a reconfigure and a
 #   slurmctld restart: what each leaves.
 #
@@ -50,6 +52,10 @@
 #     L PENDING Reason=Priority
 #   g-backfill-zero: J PENDING Reason=BadConstraints SchedNodeList= (StartTime Unknown,
 #     or a time with no node); L RUNNING
+#   g-preempt-held: sphigh asks the s4 an splow job holds: high RUNNING@sbx1, low
+#     PENDING Reason=BeginTime Restarts=1 (preempted, requeued)
+#   g-preempt-zero: splow fills sbx1's CPUs, its s4 set to 0: high PENDING
+#     Reason=BadConstraints; low RUNNING (no preemption for a count that is not there)
 #   g-after-slurmd-restart, g-after-reconfigure, g-after-slurmctld-restart: s4 back to
 #     gres.conf's 1 each time
 # 26.05's slurmd refuses a core binding across its one-core sockets (Cores=0-1:
@@ -65,7 +71,9 @@
 # - a job asking a size no node counts now is refused at submit, as with features; one
 #   submitted before waits (BadConstraints), reserves nothing under backfill, and later
 #   jobs pass it;
-# - gres/vgpu in AllocTRES is unchanged by a second GRES beside it.
+# - gres/vgpu in AllocTRES is unchanged by a second GRES beside it;
+# - QOS preemption frees a count that a preemptable job holds, never one the node does
+#   not publish: slices held by preemptable jobs of other sizes free nothing for it.
 set -euo pipefail
 source "$(dirname "$0")/probe-lib.sh"
 probe_sandbox /tmp/sp-probe-gres
@@ -103,6 +111,7 @@ printf 'NodeName=sbx[1-2] Name=spfit Type=s1 Count=7\nNodeName=sbx[1-2] Name=spf
   >>"$etc/gres.conf"
 # A site's gpu line often binds cores: Slurm then prints the GRES as gpu:a100:1(S:0).
 sed -i 's/^\(NodeName=sbx\S* Name=gpu .*\)$/\1 Cores=0/' "$etc/gres.conf"
+qos_preemption
 restart slurmd-sbx1 slurmd-sbx2 slurmctld
 echo "slurm: $(sinfo --version)"
 echo "setup: sbx1 $(state sbx1) $(gres sbx1)"
@@ -178,6 +187,25 @@ set_fit sbx1 7 1
 set_fit sbx2 7 0
 backfill_round g-backfill-held "--gres=spfit:s4:1" "--gres=spfit:s4:1" true
 backfill_round g-backfill-zero "" "--gres=spfit:s4:1" set_fit sbx1 7 0
+
+# -- QOS preemption --
+set_fit sbx1 7 1
+set_fit sbx2 7 0
+low=$(submit --qos=splow -w sbx1 --gres=spfit:s4:1 -n1 --wrap 'sleep 600')
+until_true 60 job_is "$low" JobState RUNNING || true
+high=$(submit --qos=sphigh --gres=spfit:s4:1 -n1 --wrap 'sleep 600')
+until_true 60 job_is "$high" JobState RUNNING || true
+echo "g-preempt-held: sphigh asks the s4 an splow job holds: high $(run_state "$high")low $(job_field "$low" JobState) Reason=$(job_field "$low" Reason) Restarts=$(job_field "$low" Restarts)"
+clear_jobs
+low=$(submit --qos=splow -w sbx1 -n16 --wrap 'sleep 600')
+until_true 60 job_is "$low" JobState RUNNING || true
+high=$(submit --hold --qos=sphigh --gres=spfit:s4:1 -n16 --wrap 'sleep 600')
+set_fit sbx1 7 0
+scontrol release "$high"
+wait_bf
+sleep 6 # one main scheduling pass (sched_interval=5) after the release
+echo "g-preempt-zero: splow fills sbx1's CPUs, its s4 set to 0: high $(job_field "$high" JobState) Reason=$(job_field "$high" Reason); low $(job_field "$low" JobState)"
+clear_jobs
 
 # -- what survives --
 set_fit sbx1 7 0

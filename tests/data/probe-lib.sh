@@ -13,6 +13,14 @@ probe_sandbox() {  # DIR: the sandbox up, SLURM_CONF and PATH set, $dir and $etc
   cd /tmp
 }
 restart() { "$slurmpool" sandbox restart --dir "$dir" "$@" >/dev/null; }
+qos_preemption() {  # QOS splow and sphigh (Preempt=splow), root may use both, and
+  # PreemptType=preempt/qos with PreemptMode=REQUEUE in slurm.conf (read at the next
+  # slurmctld restart)
+  printf 'PreemptType=preempt/qos\nPreemptMode=REQUEUE\n' >>"$SLURM_CONF"
+  sacctmgr -i add qos splow >/dev/null
+  sacctmgr -i add qos sphigh Preempt=splow Priority=100 >/dev/null
+  sacctmgr -i modify user root set qos+=splow,sphigh >/dev/null
+}
 
 job_field() {  # JOBID NAME: the job's NAME=value from scontrol
   scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1

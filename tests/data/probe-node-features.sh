@@ -74,11 +74,8 @@ set_features() {  # NODE AVAIL ACTIVE
 
 # -- the site's changes, read at a restart of every Slurm daemon --
 sed -i 's/^SchedulerParameters=.*/&,bf_interval=1/' "$SLURM_CONF"
-printf 'PreemptType=preempt/qos\nPreemptMode=REQUEUE\n' >>"$SLURM_CONF"
+qos_preemption
 sed -i 's/^NodeName=sbx\S* /& Features=site /' "$etc/slurmpool.conf"
-sacctmgr -i add qos splow >/dev/null
-sacctmgr -i add qos sphigh Preempt=splow Priority=100 >/dev/null
-sacctmgr -i modify user root set qos+=splow,sphigh >/dev/null
 restart slurmctld slurmd-sbx1 slurmd-sbx2
 
 echo "slurm: $(sinfo --version)"

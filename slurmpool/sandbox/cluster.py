@@ -499,7 +499,12 @@ class Sandbox:
 
             def ready() -> bool:
                 # A restarted slurmctld knows no node's state until each slurmd answers.
-                return _ctld_answers(sr) and all(n.state != "UNKNOWN" for n in self.nodes())
+                if not _ctld_answers(sr):
+                    return False
+                try:
+                    return all(n.state != "UNKNOWN" for n in self.nodes())
+                except SlurmCommandError:  # answering pings, not yet node queries
+                    return False
 
         else:
             return d

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmpool.modes import GpuMode
-from slurmpool.state.db import Component, StateDB, StateStoreError
+from slurmpool.state.db import Component, StateDB, StateStoreError, StoreBusy
 from slurmpool.state.store import (
     ACTIVE,
     RELEASED,
@@ -146,3 +146,19 @@ def test_a_component_named_twice_is_refused(tmp_path: Path) -> None:
     a = Component("a", ("CREATE TABLE a_t (x INTEGER)",))
     with pytest.raises(ValueError, match="components named twice"):
         StateDB(tmp_path / "n.db", (a, Component("a", ())))
+
+
+def test_a_store_locked_while_it_opens_is_busy_not_an_error(tmp_path: Path) -> None:
+    """Another process holds the file's lock while this one opens it (switching a new
+    file to WAL needs the lock): StoreBusy, which hooks handle, and not a failure."""
+    path = tmp_path / "s.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("CREATE TABLE t (x)")
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreBusy, match="locked by another process"):
+            StateDB(path, [], timeout_s=0.05)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    StateDB(path, []).close()  # and once it is free, it opens

@@ -109,8 +109,9 @@ class StateDB:
             raise
         except sqlite3.OperationalError as e:
             if _is_busy(e):
+                busy = self._busy()  # reads the connection's wait: before closing it
                 self.conn.close()
-                raise self._busy() from None
+                raise busy from None
             raise StateStoreError(f"{self.path}: {e}") from e
         except sqlite3.DatabaseError as e:
             raise StateStoreError(f"{self.path}: {e}") from e

@@ -1,18 +1,20 @@
 """Hook wall time per job on the simulator, against bare interpreter starts.
 
 Runs prolog, task prolog and epilog for N jobs (default 200) as slurmd runs them: the
-wrapper scripts ``slurmpool install`` writes (rendered from templates/hook-wrapper.sh.j2,
-so the same shell, ``timeout`` and interpreter flags), separate processes, only the
-environment Slurm gives.  The prolog's one call to Slurm, ``squeue -h -j ID -O ...`` for
-the job's allocation, is answered by a stand-in ``/bin/sh`` script that prints the line
-22.05's squeue prints (so no slurmctld is needed; the real call took about 5 ms on the
-sandbox, SLURM_FACTS.md).  Each job is a vgpu:1 MIG job on a simulated two-A100 node.
-The baseline, measured in the same run and interleaved with the jobs, is a bare hook
-process: what any hook costs before it does anything, the installed wrapper's ``sh``
-running ``timeout`` running ``python -I -S -c pass``.  A bare ``python3 -c pass`` start
-is measured beside it, for comparison with older figures.  Run as root on a machine with
-the cgroup v1 devices controller, the prolog's MIG fence writes each job's cgroup for
-real (270 deny rules), below a cgroup of its own that the benchmark removes at the end.
+wrapper scripts ``slurmpool install`` writes (rendered from
+templates/hook-wrapper.sh.j2, so the same shell, ``timeout`` and interpreter flags), separate
+processes, only the environment Slurm gives. The hooks' calls to Slurm are answered by
+stand-in ``/bin/sh`` scripts, so no slurmctld is needed (a real call took about 5 ms on
+the sandbox, SLURM_FACTS.md): the prolog's read of the job's allocation, and the reads
+and updates of the node's GRES that prolog and epilog make to publish what the node can
+carve (each job changes it, so each prolog and epilog sends). Each job is a vgpu:1 MIG
+job on a simulated two-A100 node. The baseline, measured in the same run and interleaved
+with the jobs, is a bare hook process: what any hook costs before it does anything, the
+installed wrapper's ``sh`` running ``timeout`` running ``python -I -S -c pass``. A bare
+``python3 -c pass`` start is measured beside it, for comparison with older figures. Run
+as root on a machine with the cgroup v1 devices controller, the prolog's MIG fence
+writes each job's cgroup for real (270 deny rules), below a cgroup of its own that the
+benchmark removes at the end.
 
 Budget (ARCHITECTURE.md): the three hooks together take at most 7 times three bare hook
 processes at p50.  The benchmark reports OK or OVER BUDGET and exits 0 either way; it
@@ -126,9 +128,23 @@ _JSON_ALLOCATION = {
     ],
     "errors": [],
 }
-FAKE_SCONTROL_JSON = (
-    "#!/bin/sh\ncat <<EOF\n" + json.dumps(_JSON_ALLOCATION).replace('"JOB_ID"', "$4") + "\nEOF\n"
-)
+# The hooks also publish the node's fit counts: `scontrol -d show node bench1` prints its
+# Gres (kept in a file, as generate-config writes it for an empty node) and `scontrol
+# update NodeName=bench1 Gres=LIST` sets it, as slurmctld would.
+EMPTY_GRES = "vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
+
+
+def fake_scontrol(gres_file: Path) -> str:
+    allocation = json.dumps(_JSON_ALLOCATION).replace('"JOB_ID"', "$4")
+    return (
+        "#!/bin/sh\n"
+        'case "$1 $2" in\n'
+        "'-d show') printf 'NodeName=bench1 Arch=x86_64\\n   Gres=%s\\n   GresUsed=vgpu:1\\n'"
+        f' "$(cat {gres_file})" ;;\n'
+        f"'update NodeName=bench1') printf '%s' \"${{3#Gres=}}\" > {gres_file} ;;\n"
+        f"*) cat <<EOF\n{allocation}\nEOF\n;;\n"
+        "esac\n"
+    )
 
 
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -190,7 +206,8 @@ def _bench(args: argparse.Namespace, root: Path, cgroups: Path) -> int:
     squeue.chmod(0o755)
     # The node config declares 23.02: the prolog's one read is `scontrol show job --json`.
     scontrol = fake_bin / "scontrol"
-    scontrol.write_text(FAKE_SCONTROL_JSON)
+    (fake_bin / "node-gres").write_text(EMPTY_GRES)
+    scontrol.write_text(fake_scontrol(fake_bin / "node-gres"))
     scontrol.chmod(0o755)
 
     # A bare hook process: the wrapper's shell, timeout and isolated interpreter, no work.
@@ -233,8 +250,13 @@ def _bench(args: argparse.Namespace, root: Path, cgroups: Path) -> int:
             else:
                 argv = [str(wrappers[hook])]
             dt, proc = _run(argv, {**env, "SLURM_SCRIPT_CONTEXT": hook})
+            # Each job changes what the node can carve: prolog and epilog both publish.
+            published = hook == "task-prolog" or "action=fit-published" in proc.stderr
             if proc.returncode != 0 or (hook == "task-prolog" and "MIG-" not in proc.stdout):
                 print(f"job {i} {hook} failed ({proc.returncode}):\n{proc.stderr}", file=sys.stderr)
+                return 1
+            if not published:
+                print(f"job {i} {hook} published nothing:\n{proc.stderr}", file=sys.stderr)
                 return 1
             per_hook[hook].append(dt)
             total += dt

@@ -10,10 +10,11 @@ it starts jobs, so one scheduling pass starts no more of a size than the node co
 (measured on 22.05, 24.11 and 26.05 by ``tests/data/probe-count-gres.sh``; the README
 says why counts and not features or Extra).
 
-A node's count of a size is to be what Slurm has allocated of it on the node plus how
-many more instances of that size the node could carve now, so that what Slurm sees
-free is what can be carved.  gres.conf's counts (an empty node's) come from here, and
-so are the hooks' and ``slurmpool simulate``'s to.
+A node's count of a size is how many instances of it the node's jobs hold plus how
+many more the node could carve now: Slurm subtracts what it allocated to its jobs, so
+what it sees free is what can be carved.  gres.conf's counts (an empty node's) and
+the counts the hooks publish (:mod:`slurmpool.pooling.publish`) come from here, and
+``slurmpool simulate``'s are to.
 """
 
 from __future__ import annotations
@@ -90,10 +91,10 @@ def carvable(gpus: Iterable[GpuOccupancy], sizes: Iterable[int]) -> dict[int, in
     return {s: by_slices.get(s, 0) for s in sizes}
 
 
-def published_counts(allocated: Mapping[int, int], free: Mapping[int, int]) -> dict[int, int]:
-    """The count of each size the node publishes: what Slurm has allocated of it on
-    the node (``allocated``, from GresUsed) plus what it could carve now (``free``)."""
-    return {s: allocated.get(s, 0) + n for s, n in free.items()}
+def published_counts(held: Mapping[int, int], free: Mapping[int, int]) -> dict[int, int]:
+    """The count of each size the node publishes: the instances of it the node's jobs
+    hold (``held``) plus what it could carve now (``free``)."""
+    return {s: held.get(s, 0) + n for s, n in free.items()}
 
 
 def _slices(p: GpuInstanceProfile) -> int:

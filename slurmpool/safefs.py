@@ -21,7 +21,6 @@ import stat
 # What opening a file to append says when a squatter is there: a link, a FIFO with no
 # reader, a directory.
 _SQUATTED = (errno.ELOOP, errno.ENXIO, errno.EISDIR)
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _mine(st: os.stat_result) -> bool:
@@ -78,36 +77,50 @@ def own_dir(path: str, mode: int, parents: int = 0) -> str:
 def create_new(path: str, mode: int) -> int:
     """A file descriptor for a new regular file at ``path``: whatever was there is removed
     first, and the file is created exclusively, so no link or FIFO can be slipped in."""
-    try:
-        return os.open(path, _NEW, mode)
-    except FileExistsError:
-        _remove(path, os.lstat(path))
-        return os.open(path, _NEW, mode)
+    return _create_new(path, os.O_WRONLY, mode)
 
 
 def open_append(path: str, mode: int) -> int:
     """A file descriptor to append to the regular file ``path`` of this process's user,
     created with ``mode`` when missing; anything else there is replaced."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    return _open_own(path, os.O_WRONLY | os.O_APPEND, mode)
+
+
+def open_read_write(path: str, mode: int) -> int:
+    """A file descriptor to read and rewrite the regular file ``path`` of this process's
+    user, created with ``mode`` when missing; anything else there is replaced."""
+    return _open_own(path, os.O_RDWR, mode)
+
+
+def _create_new(path: str, access: int, mode: int) -> int:
+    flags = access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
+        return os.open(path, flags, mode)
+    except FileExistsError:
+        _remove(path, os.lstat(path))
+        return os.open(path, flags, mode)
+
+
+def _open_own(path: str, access: int, mode: int) -> int:
+    try:
+        fd = os.open(path, access | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return _created(path, mode)
+        return _created(path, access, mode)
     except OSError as e:
         if e.errno not in _SQUATTED:
             raise  # not allowed to (EACCES): nothing to replace either
-        return create_new(path, mode)
+        return _create_new(path, access, mode)
     if _is_own_file(os.fstat(fd)):
         return fd
     os.close(fd)
-    return create_new(path, mode)
+    return _create_new(path, access, mode)
 
 
-def _created(path: str, mode: int) -> int:
+def _created(path: str, access: int, mode: int) -> int:
     try:
-        return os.open(path, _NEW, mode)
-    except FileExistsError:  # made meanwhile by another hook: append to it
-        return open_append(path, mode)
+        return os.open(path, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except FileExistsError:  # made meanwhile by another hook: open that one
+        return _open_own(path, access, mode)
 
 
 def remove_in(directory: str, name: str) -> bool:

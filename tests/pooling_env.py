@@ -40,6 +40,11 @@ A100_PROFILES = {
     "7": "7g.80gb",
 }
 NODE = "node1"
+# generate-config's Gres for the default pool (two MIG A100s, one passthrough): the
+# fit counts of an empty node.
+EMPTY_NODE_GRES = (
+    "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
+)
 HOOKS = {
     "prolog_timeout_s": 30,
     "task_prolog_timeout_s": 10,
@@ -49,9 +54,19 @@ HOOKS = {
 
 FAKE_SCONTROL = """#!/bin/sh
 # Records every call; `show job --json ID` prints the job's JSON if set, `show job`
-# the canned record.
+# the canned record, `-d show node N` the node's Gres (node-gres) and GresUsed
+# (node-used); `update NodeName=N Gres=LIST` sets node-gres as slurmctld would.
 printf '%s\\n' "$*" >> "{calls}"
 if [ "$1 $3" = "show --json" ]; then cat "{jobs}/$4.json"; exit $?; fi
+if [ "$1 $2 $3" = "-d show node" ]; then
+  printf 'NodeName=%s Arch=x86_64\\n   Gres=%s\\n   GresUsed=%s\\n   State=MIXED\\n' \\
+    "$4" "$(cat "{bin}/node-gres")" "$(cat "{bin}/node-used")"
+  exit 0
+fi
+if [ "$1 ${{2%%=*}} ${{3%%=*}}" = "update NodeName Gres" ]; then
+  printf '%s' "${{3#Gres=}}" > "{bin}/node-gres"
+  exit 0
+fi
 if [ "$1" = show ]; then cat "{record}"; fi
 exit 0
 """
@@ -128,6 +143,19 @@ class Pool:
     def set_exclusions(self, job_id: str, state: str, nodes: str) -> None:
         """What ``squeue -o '%T|%x'`` prints for the job: its state and ExcNodeList."""
         (self.bin_dir / "jobs" / f"{job_id}.exclusions").write_text(f"{state}|{nodes}\n")
+
+    def set_node_gres(self, gres: str, used: str = "vgpu:0") -> None:
+        """What ``scontrol -d show node`` prints as the node's Gres and GresUsed."""
+        (self.bin_dir / "node-gres").write_text(gres)
+        (self.bin_dir / "node-used").write_text(used)
+
+    def node_gres(self) -> str:
+        """The node's Gres as the fake slurmctld has it now (updates included)."""
+        return (self.bin_dir / "node-gres").read_text()
+
+    def slurm_calls(self) -> list[str]:
+        """The calls made, less the node GRES reads and updates the hooks publish with."""
+        return [c for c in self.calls if not c.startswith(("-d show node", "update NodeName="))]
 
     def set_json(self, job_id: str, text: str) -> None:
         """What ``scontrol show job --json ID`` prints for the job."""
@@ -310,7 +338,10 @@ def make_pool(
     scontrol = bin_dir / "scontrol"
     scontrol.write_text(
         FAKE_SCONTROL.format(
-            calls=bin_dir / "calls.log", record=bin_dir / "record.txt", jobs=bin_dir / "jobs"
+            calls=bin_dir / "calls.log",
+            record=bin_dir / "record.txt",
+            jobs=bin_dir / "jobs",
+            bin=bin_dir,
         )
     )
     scontrol.chmod(0o755)
@@ -322,6 +353,7 @@ def make_pool(
     mps_control.chmod(0o755)
     pool = Pool(root, config_path, sim_dir, dev, bin_dir)
     pool.set_job_record("0", "(null)")
+    pool.set_node_gres(EMPTY_NODE_GRES if vgpu_unit == "compute-slice" else "gpu:a100:1")
     return pool
 
 

@@ -41,10 +41,12 @@ NEVER = (
 )
 # The task prolog only reads the job's export file: no store, no GPU.
 NOT_IN_TASK_PROLOG = ("sqlite3", "pynvml", "ctypes", "subprocess", "slurmpool.gpu.nvml")
-# The prolog reads the allocation with one squeue call (subprocess); nothing else
-# needs Slurm, and nothing needs the text parser.
+# The prolog reads the allocation with one squeue call (subprocess); prolog and epilog
+# both publish what the node can carve when it changed (two scontrol calls, the node's
+# two Gres lines read without the text parser).
 NOT_ON_THE_COMMON_PATH = ("slurmpool.slurm.parse",)
-ONLY_IN_THE_PROLOG = ("subprocess", "slurmpool.slurm.runner", "slurmpool.slurm.allocation")
+ONLY_IN_THE_PROLOG = ("slurmpool.slurm.allocation",)
+TO_SLURM = ("subprocess", "slurmpool.slurm.runner", "slurmpool.slurm.nodegres")
 
 
 @pytest.fixture
@@ -107,3 +109,5 @@ def test_each_hook_imports_only_what_the_job_needs(wrapped: tuple[Pool, dict[str
         if hook != "prolog":
             assert sorted(modules & set(ONLY_IN_THE_PROLOG)) == [], hook
     assert set(ONLY_IN_THE_PROLOG) <= seen["prolog"]
+    # The job's 2g changed what the node can carve, and its end changed it back.
+    assert set(TO_SLURM) <= seen["prolog"] & seen["epilog"]

@@ -95,7 +95,7 @@ def test_a_busy_store_requeues_the_job_and_exits_zero(pool: Pool) -> None:
     assert "action=node-busy level=warning" in err
     assert "action=requeue-uncounted" in err
     assert "requeue 700" in pool.calls
-    update = next(c for c in pool.calls if c.startswith("update"))
+    update = next(c for c in pool.slurm_calls() if c.startswith("update"))
     assert "slurmpool: requeued: node node1 busy" in update
     assert pool.instances() == []
 
@@ -327,7 +327,7 @@ def test_a_killed_prolog_is_undone_and_its_job_requeued_by_the_second_run(pool: 
     assert rc == 0, err
     assert "action=prolog-killed level=warning" in err
     assert "requeue 911" in pool.calls
-    update = next(c for c in pool.calls if c.startswith("update"))
+    update = next(c for c in pool.slurm_calls() if c.startswith("update"))
     assert "slurmpool: requeued 1x: the prolog was killed half-way" in update
     assert {a.state for a in _records(pool, "911")} == {RELEASED}
     assert pool.instances() == neighbour

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import needs
 import pytest
-from pooling_env import A100, NODE, ListLog, Pool, make_pool
+from pooling_env import A100, EMPTY_NODE_GRES, NODE, ListLog, Pool, make_pool
 
 from slurmpool.pooling import caps
 from slurmpool.pooling.reconcile import reconcile
@@ -169,10 +169,17 @@ def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) ->
     assert (a.placement_start, a.placement_size) == (start, size)
     for minor in a.cap_minors:
         assert caps.owner(pool.dev, minor) == (1000, 0o400)
-    # One bounded read of the allocation, nothing else from Slurm.
+    # One bounded read of the allocation; then the node tells slurmctld what it can
+    # carve now, its other GRES restated as they were.
     assert pool.calls == [
-        f"squeue -h -j 100 -O {SQUEUE_FORMAT}"
-    ]  # one bounded read of the allocation
+        f"squeue -h -j 100 -O {SQUEUE_FORMAT}",
+        f"-d show node {NODE}",
+        f"update NodeName={NODE} Gres={pool.node_gres()}",
+    ]
+    # s2: the job's 2g plus five more; s1: two 1g places fewer; one 3g and one 7g fewer.
+    assert pool.node_gres() == (
+        "gpu:a100:1,vgpu:14,vgpufit:s1:12,vgpufit:s2:6,vgpufit:s3:3,vgpufit:s4:2,vgpufit:s7:1"
+    )
     rc, out, err = pool.hook("task-prolog", env)
     assert rc == 0, err
     got = exports_of(out)
@@ -185,6 +192,8 @@ def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) ->
         assert rc == 0, err
         assert pool.instances() == []
     assert "action=nothing-to-release" in err
+    assert pool.node_gres() == EMPTY_NODE_GRES  # published back, once
+    assert len([c for c in pool.calls if c.startswith("update NodeName=")]) == 2
     for minor in a.cap_minors:
         assert caps.owner(pool.dev, minor) == (0, 0o400)
     with pool.store() as store:
@@ -199,7 +208,7 @@ def test_the_count_is_the_allocation_whatever_extra_says(pool: Pool) -> None:
     rc, _, err = pool.hook("prolog", env)
     assert rc == 0, err
     assert [i[1] for i in pool.instances()] == ["3g.40gb"]
-    assert pool.calls == [f"squeue -h -j 101 -O {SQUEUE_FORMAT}"]
+    assert pool.slurm_calls() == [f"squeue -h -j 101 -O {SQUEUE_FORMAT}"]
     assert "forgery-attempt" not in err
 
 
@@ -242,7 +251,7 @@ def test_on_newer_slurm_the_prolog_reads_scontrol_json(
     rc, _, err = pool.hook("prolog", pool.env("108"))
     assert rc == 0, err
     assert [i[1] for i in pool.instances()] == want
-    assert pool.calls == ["show job --json 108"]  # one bounded read, no squeue
+    assert pool.slurm_calls() == ["show job --json 108"]  # one bounded read, no squeue
 
 
 def test_declared_newer_slurm_without_json_reads_squeue(tmp_path: Path) -> None:
@@ -254,7 +263,7 @@ def test_declared_newer_slurm_without_json_reads_squeue(tmp_path: Path) -> None:
     rc, _, err = pool.hook("prolog", pool.env("109", vgpu=2))
     assert rc == 0, err
     assert [i[1] for i in pool.instances()] == ["2g.20gb"]
-    assert pool.calls == ["show job --json 109", f"squeue -h -j 109 -O {SQUEUE_FORMAT}"]
+    assert pool.slurm_calls() == ["show job --json 109", f"squeue -h -j 109 -O {SQUEUE_FORMAT}"]
 
 
 def _squeue_without_the_fields(pool: Pool) -> None:
@@ -274,7 +283,7 @@ def test_scontrol_text_where_squeue_lacks_the_fields(pool: Pool) -> None:
     rc, _, err = pool.hook("prolog", pool.env("106"))
     assert rc == 0, err
     assert [i[1] for i in pool.instances()] == ["2g.20gb"]
-    assert pool.calls == ["show job -d 106"]  # the stand-in squeue records nothing
+    assert pool.slurm_calls() == ["show job -d 106"]  # the stand-in squeue records nothing
 
 
 def test_forged_line_in_scontrol_text_gets_nothing_and_is_logged(pool: Pool) -> None:
@@ -312,6 +321,10 @@ def test_vgpu14_gets_two_whole_gpu_instances(pool: Pool) -> None:
     assert [(i[0], i[1]) for i in pool.instances()] == [(0, "7g.80gb"), (1, "7g.80gb")]
     _, out, _ = pool.hook("task-prolog", env)
     assert len(exports_of(out)["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+    # Nothing else fits; s7 counts the job's two whole GPUs (what vgpu:14 asks for).
+    assert pool.node_gres() == (
+        "gpu:a100:1,vgpu:14,vgpufit:s1:0,vgpufit:s2:0,vgpufit:s3:0,vgpufit:s4:0,vgpufit:s7:2"
+    )
 
 
 def test_no_room_requeues_and_exits_zero(pool: Pool) -> None:
@@ -322,7 +335,7 @@ def test_no_room_requeues_and_exits_zero(pool: Pool) -> None:
     rc, _, err = pool.hook("prolog", pool.env("201"))
     assert rc == 0, err
     assert "action=requeue " in err
-    update = next(c for c in pool.calls if c.startswith("update"))
+    update = next(c for c in pool.slurm_calls() if c.startswith("update"))
     assert update.startswith("update jobid=201 AdminComment=budget=cs101 | slurmpool: requeued 1x")
     assert "requeue 201" in pool.calls
     with pool.store() as store:
@@ -330,14 +343,14 @@ def test_no_room_requeues_and_exits_zero(pool: Pool) -> None:
         assert store.for_job("201") == []
     assert len(pool.instances()) == 2  # nothing of the requeued job is left
     # Job 200 holds the slices: 201 is kept off the node until 200's epilog frees them.
-    assert pool.calls[-1] == f"update jobid=201 ExcNodeList={NODE}"
+    assert pool.slurm_calls()[-1] == f"update jobid=201 ExcNodeList={NODE}"
     assert "action=excluded " in err
     with pool.store() as store:
         assert store.exclusions() == ["201"]
     pool.set_exclusions("201", "PENDING", f"login1,{NODE}")  # what slurmctld now holds
     rc, _, err = pool.hook("epilog", pool.env("200", vgpu=14))
     assert rc == 0, err
-    assert pool.calls[-1] == "update jobid=201 ExcNodeList=login1"
+    assert pool.slurm_calls()[-1] == "update jobid=201 ExcNodeList=login1"
     assert "action=readmitted " in err
 
 

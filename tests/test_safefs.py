@@ -13,7 +13,7 @@ from pathlib import Path
 import needs
 import pytest
 
-from slurmpool.safefs import clear_squatter, create_new, open_append, own_dir
+from slurmpool.safefs import clear_squatter, create_new, open_append, open_read_write, own_dir
 
 NOBODY = 65534
 
@@ -113,6 +113,28 @@ def test_append_keeps_appending_to_its_own_file(tmp_path: Path) -> None:
         with os.fdopen(open_append(str(log), 0o600), "a") as f:
             f.write(line)
     assert log.read_text() == "one\ntwo\n"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_read_write_replaces_a_squatter_and_reads_back_only_its_own(
+    tmp_path: Path, victim: Path, kind: str
+) -> None:
+    state = planted(tmp_path, "fit-sent", victim, kind)
+    fd = open_read_write(str(state), 0o600)
+    try:
+        assert os.read(fd, 100) == b""  # nothing of the victim's comes back
+        os.write(fd, b"mine")
+    finally:
+        os.close(fd)
+    own_regular_file(state)
+    assert state.read_text() == "mine"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    unchanged(victim)
+    fd = open_read_write(str(state), 0o600)  # its own file: opened as it is
+    try:
+        assert os.read(fd, 100) == b"mine"
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("kind", KINDS)

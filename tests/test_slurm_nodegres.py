@@ -70,3 +70,17 @@ def test_with_counts_keeps_order_and_other_names() -> None:
 
 def test_show_node_asks_for_gres_used() -> None:
     assert show_node_argv("sbx1") == ["scontrol", "-d", "show", "node", "sbx1"]
+
+
+def test_only_the_asked_nodes_own_gres_lines_are_read() -> None:
+    text = (
+        "NodeName=sbx0 Arch=x86_64\n   Gres=vgpufit:s4:9\n"
+        "NodeName=sbx1 Arch=x86_64\n   Gres=vgpu:14,vgpufit:s4:2\n   GresDrain=N/A\n"
+        "   GresUsed=vgpu:4,vgpufit:s4:1\n   Reason=Gres=vgpufit:s4:7 [admin@now]\n"
+        "NodeName=sbx2 Arch=x86_64\n   Gres=vgpufit:s4:5\n"
+    )
+    node = parse_node_gres(text, "sbx1")
+    assert node.counts("vgpufit") == {"s4": 2} and node.used_counts("vgpufit") == {"s4": 1}
+    with pytest.raises(NodeGresError, match="no Gres= line"):
+        parse_node_gres("NodeName=sbx1 Arch=x86_64\n   State=IDLE\n", "sbx1")
+    assert parse_node_gres("NodeName=sbx1 A=1\n   Gres=(null)\n", "sbx1").gres == ()

@@ -39,6 +39,7 @@ def run_epilog(node: Node, job: Job, slurm: SlurmFactory | None = None) -> int:
         freed = _release(node, job)
         _remove_fence(node, job)
         if freed and slurm is not None:
+            _publish(node, slurm)
             _readmit(node, slurm)
         return 0
     except StoreBusy as e:
@@ -128,6 +129,14 @@ def _release(node: Node, job: Job) -> int:
         for line in reconcile(node):
             log.event("reconciled", job=job.job_id, detail=line)
     return len(mine) - len(stuck)
+
+
+def _publish(node: Node, slurm: SlurmFactory) -> None:
+    """Tell slurmctld what the node can carve now that the job's instances are gone."""
+    from slurmpool.pooling import publish
+
+    if publish.fit_pooled(node):
+        publish.publish_now(node, slurm)
 
 
 def _readmit(node: Node, slurm: SlurmFactory) -> None:

@@ -27,7 +27,7 @@ from slurmpool.gpu.backend import BackendUnavailable, GpuBackendError, NoRoomErr
 from slurmpool.modes import GpuMode
 from slurmpool.placement import engine_for
 from slurmpool.placement import occupancy as occupancy_mask
-from slurmpool.pooling import caps, jobfile, owner, passthrough, vfio
+from slurmpool.pooling import caps, jobfile, owner, passthrough, publish, vfio
 from slurmpool.pooling.exports import exports
 from slurmpool.pooling.mig import MigGpu, occupancy, plan_instances
 from slurmpool.pooling.node import Broken
@@ -211,11 +211,18 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
     except (NoRoom, NeverHere, NoRoomError) as e:  # NoRoomError: an unrecorded instance
         _undo_job(node, job, "requeued")
         hold, exclude = isinstance(e, NeverHere), isinstance(e, Fragmented)
-        return _requeue(node, job, slurm, str(e), hold=hold, exclude=exclude)
+        rc = _requeue(node, job, slurm, str(e), hold=hold, exclude=exclude)
+        if mode is GpuMode.MIG and publish.fit_pooled(node):
+            # Slurm sent a job the node could not carve (what it was told is out of
+            # date), or the job's instances were noted and are undone now.
+            publish.publish_now(node, slurm)
+        return rc
     except BaseException:
         _undo_job(node, job, "prolog failed")
         raise
     _write_exports(node, job)
+    if req.count and mode is GpuMode.MIG and publish.fit_pooled(node):
+        publish.send(node, slurm)
     return 0
 
 
@@ -224,7 +231,11 @@ def _after_kill(node: Node, job: Job, slurm: SlurmFactory) -> int:
     for line in reconcile(node):  # the dead run's intents: their owner is gone
         node.log.event("reconciled", job=job.job_id, detail=line)
     _undo_job(node, job, "prolog killed half-way")  # and what it had made active
-    return _requeue(node, job, slurm, "the prolog was killed half-way")
+    rc = _requeue(node, job, slurm, "the prolog was killed half-way")
+    if publish.fit_pooled(node):
+        # The dead run may have noted its instances, and sent nothing: note anew.
+        publish.publish_now(node, slurm)
+    return rc
 
 
 def _requeue(
@@ -402,6 +413,8 @@ def _mig(node: Node, job: Job, count: int) -> None:
                 )
             )
             planned.append((aid, m, profile, choice))
+        if publish.fit_pooled(node):
+            publish.note(node, store, occupancy(migs, store.live(), instances))
     for aid, m, profile, choice in planned:
         inst = backend.create_instance(index_of[m.index], profile, choice.placement)
         node.log.event(

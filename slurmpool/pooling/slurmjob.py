@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from slurmpool.pooling.deadline import Deadline
     from slurmpool.slurm.allocation import JobAllocation
+    from slurmpool.slurm.nodegres import NodeGres
 
 DEFAULT_TIMEOUT_S = 10.0
 # A Slurm call with less time than this is not started (its answer could not arrive).
@@ -57,11 +58,13 @@ class SlurmJobs:
         )
         return cls(runner, timeout_s, scontrol_json, deadline)
 
-    def _limit(self, argv: tuple[str, ...], reserve: float) -> float:
-        """Seconds the call ``argv`` may take, keeping ``reserve`` of the hook's budget."""
+    def _limit(self, argv: tuple[str, ...], reserve: float, wanted: float | None = None) -> float:
+        """Seconds the call ``argv`` may take (at most ``wanted``, by default
+        ``timeout_s``), keeping ``reserve`` of the hook's budget."""
+        wanted = self.timeout_s if wanted is None else min(wanted, self.timeout_s)
         if self.deadline is None:
-            return self.timeout_s
-        limit = self.deadline.within(self.timeout_s, reserve)
+            return wanted
+        limit = self.deadline.within(wanted, reserve)
         if limit < MIN_CALL_S:
             raise SlurmCommandTimeout(
                 argv,
@@ -122,3 +125,18 @@ class SlurmJobs:
         # One argv element: scontrol takes the whole value, spaces and quotes included.
         argv = ("scontrol", "update", f"jobid={job_id}", f"AdminComment={text}")
         self.runner.run(*argv, timeout=self._limit(argv, REQUEUE_RESERVE_S))
+
+    def node_gres(self, node: str, timeout_s: float | None = None) -> NodeGres:
+        """The node's GRES as slurmctld has them (:mod:`slurmpool.slurm.nodegres`)."""
+        from slurmpool.slurm.nodegres import parse_node_gres, show_node_argv
+
+        argv = tuple(show_node_argv(node))
+        res = self.runner.run(*argv, timeout=self._limit(argv, 0.0, timeout_s))
+        return parse_node_gres(res.stdout, node)
+
+    def set_node_gres(self, node: str, gres: str, timeout_s: float | None = None) -> None:
+        """Replace the node's whole GRES list with ``gres``."""
+        from slurmpool.slurm.nodegres import update_argv
+
+        argv = tuple(update_argv(node, gres))
+        self.runner.run(*argv, timeout=self._limit(argv, 0.0, timeout_s))

@@ -12,8 +12,7 @@ gres.conf's counts back.
 from __future__ import annotations
 
 from slurmpool.records import record
-from slurmpool.slurm.gres import format_gres, type_counts, with_counts
-from slurmpool.slurm.parse import parse_nodes
+from slurmpool.slurm.gres import format_gres, parse_gres, type_counts, with_counts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,11 +49,31 @@ def show_node_argv(node: str) -> list[str]:
 
 
 def parse_node_gres(text: str, node: str) -> NodeGres:
-    """The GRES of ``node`` in ``scontrol -d show node NODE`` output."""
-    for info in parse_nodes(text):
-        if info.name == node:
-            return NodeGres(node, info.gres, info.gres_used)
-    raise NodeGresError(f"scontrol show node {node}: no record of {node} in its output")
+    """The GRES of ``node`` in ``scontrol -d show node NODE`` output.
+
+    Reads only the record's ``Gres=`` and ``GresUsed=`` lines, each a field of its own
+    on every tested version: the hooks call this, and the full parser
+    (:func:`slurmpool.slurm.parse.parse_nodes`) costs them its imports.  Only the first
+    of each counts, so a later free-text field (an admin's Reason) cannot stand in.
+    """
+    fields: dict[str, str] | None = None
+    for line in text.splitlines():
+        if line.startswith("NodeName="):
+            if fields is not None:
+                break  # the next node's record
+            if line.split(None, 1)[0] == f"NodeName={node}":
+                fields = {}
+            continue
+        key, eq, value = line.strip().partition("=")
+        if fields is not None and eq and key in ("Gres", "GresUsed") and key not in fields:
+            fields[key] = value.split(" ", 1)[0]
+    if fields is None:
+        raise NodeGresError(f"scontrol show node {node}: no record of {node} in its output")
+    if "Gres" not in fields:
+        raise NodeGresError(f"scontrol show node {node}: no Gres= line in its record")
+    return NodeGres(
+        node, tuple(parse_gres(fields["Gres"])), tuple(parse_gres(fields.get("GresUsed")))
+    )
 
 
 def update_argv(node: str, gres: str) -> list[str]:

@@ -18,9 +18,11 @@ from typing import Any
 import needs
 from polling import poll
 
+from slurmpool.fit import FIT_GRES
 from slurmpool.hostlist import expand
 from slurmpool.sandbox.cluster import host_fences_devices
 from slurmpool.sim.faults import plant
+from slurmpool.slurm.gres import type_counts
 from slurmpool.slurm.parse import parse_jobs, parse_nodes
 
 from .conftest import Cluster
@@ -86,6 +88,16 @@ def excluded(cluster: Cluster, job: int) -> list[str]:
 def node_info(cluster: Cluster, node: str) -> Any:
     res = cluster.slurm.run("scontrol", "show", "node", node, timeout=15)
     return parse_nodes(res.stdout)[0]
+
+
+# What generate-config writes for a sandbox node (two MIG A100s), and its hooks publish
+# whenever the node's MIG GPUs are empty.
+EMPTY_FIT = {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2}
+
+
+def fit_counts(cluster: Cluster, node: str) -> dict[str, int]:
+    """The node's vgpufit counts as slurmctld has them."""
+    return type_counts(node_info(cluster, node).gres, FIT_GRES)
 
 
 def status(cluster: Cluster, node: str) -> dict[str, Any]:
@@ -159,11 +171,22 @@ def test_vgpu2_gets_a_2g_instance_that_lives_as_long_as_the_job(cluster: Cluster
         # The workload really runs on that instance.
         poll("the workload to start", lambda: "running: pid" in out.read_text(), 60)
         assert f"({uuid})" in out.read_text()
+        # slurmctld was told what the node can carve beside it (the prolog sent it
+        # before the job started): the job's 2g and five more, two 1g places fewer.
+        assert fit_counts(cluster, node) == {"s1": 12, "s2": 6, "s3": 3, "s4": 2, "s7": 1}
     finally:
         release.touch()
     assert cluster.wait(job) == "COMPLETED"
     poll("the instance to be destroyed", lambda: uuid not in by_uuid(cluster, node), 30)
     assert "DRAIN" not in node_info(cluster, node).flags
+    poll(
+        "the epilog to publish an empty node's counts",
+        lambda: fit_counts(cluster, node) == EMPTY_FIT,
+        30,
+        seen=lambda: str(fit_counts(cluster, node)),
+    )
+    info = node_info(cluster, node)
+    assert [g.count for g in info.gres if g.name == "vgpu"] == [14]  # what accounting counts
 
 
 def _fill_with_1g(

@@ -259,9 +259,7 @@ def test_a_requeued_job_waits_and_its_requeue_note_and_summary_both_stay(
         outbox.put(store, "42", "sbx1", "pool", {**PART, "run": 0}, now=0.0)
         assert _outcomes(store, fake, 1.0) == [("42", WAITING)]
         (item,) = outbox.pending(store)
-        assert item.attempts == 0 and "not ended in accounting yet (sacct: REQUEUED" in (
-            item.last_error
-        )
+        assert item.attempts == 0 and "is PENDING in slurmctld (requeued" in item.last_error
         fake.add_job("42", state="RUNNING", end="Unknown")  # run 1 started
         fake.set_state("42", "RUNNING", "sbx1")
         # sacct may show the end before slurmctld's record of a requeue lands
@@ -278,6 +276,37 @@ def test_a_requeued_job_waits_and_its_requeue_note_and_summary_both_stay(
     stored = fake.jobs()["42"]
     assert stored.startswith("requeued 1x: no room for 2g.20gb on sbx1 | sp1:")
     assert sorted(codec.decode(stored)["nodes"]) == ["sbx1", "sbx1@1"]
+
+
+@pytest.mark.parametrize("live", ["CANCELLED", None])
+def test_a_job_cancelled_while_its_requeue_completed_is_ended_at_its_requeue_record(
+    tmp_path: Path, live: str | None
+) -> None:
+    """Slurm writes no record after the requeue's for a job cancelled while the
+    requeue was completing: once slurmctld has ended the job (or forgotten it), that
+    record is the last, and the summary goes there."""
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42", "requeued 1x: no room", state="REQUEUED")
+    fake.set_state("42", "PENDING")
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
+        outbox.put(store, "42", "sbx1", "pool", PART, now=0.0)
+        assert _outcomes(store, fake, 1.0) == [("42", WAITING)]  # it may still run again
+        if live is None:
+            fake.set_live("42", None)
+        else:
+            fake.set_state("42", live)
+        assert _outcomes(store, fake, 40.0) == [("42", WRITTEN)]
+        assert _outcomes(store, fake, 40.0 + SETTLE_S) == [("42", SETTLED)]
+    assert fake.jobs()["42"].startswith("requeued 1x: no room | sp1:")
+
+
+def test_a_requeue_record_without_its_end_is_not_final(tmp_path: Path) -> None:
+    fake = FakeDbd(tmp_path / "dbd")
+    fake.add_job("42", state="REQUEUED", end="Unknown")
+    fake.set_state("42", "CANCELLED")
+    with NodeStore(tmp_path / "n.sqlite", (OUTBOX,)) as store:
+        outbox.put(store, "42", "sbx1", "pool", PART, now=0.0)
+        assert _outcomes(store, fake, 1.0) == [("42", WAITING)]
 
 
 def test_a_record_that_lands_after_the_write_is_caught_by_the_second_check(

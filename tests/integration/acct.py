@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -131,13 +131,23 @@ def _sacct_states(cluster: Cluster, jobs: list[int]) -> str:
     ).stdout
 
 
-def wait_until_accounted(cluster: Cluster, jobs: list[int], timeout_s: float = 60) -> None:
+def wait_until_accounted(
+    cluster: Cluster, jobs: list[int], timeout_s: float = 60, cancelled: Iterable[int] = ()
+) -> None:
     """Wait until sacct shows every job terminal with a known End.
 
     slurmctld's records reach the database seconds after a job ends, and up to
     20 s late after slurmdbd was down (SLURM_FACTS.md); until then sacct's
     Elapsed grows with the clock and a windowed query may not list the job.
+
+    ``cancelled``: jobs slurmctld has CANCELLED, whose last record may stay REQUEUED:
+    Slurm writes no record after the requeue's for a job cancelled while its requeue
+    is completing (22.05, 24.11, 26.05: tests/data/probe-requeue-cancel-acct.sh).
     """
+    may_stay_requeued = {str(j) for j in cancelled}
+
+    def final(jid: str, state: str) -> bool:
+        return state in TERMINAL or (state == "REQUEUED" and jid in may_stay_requeued)
 
     def accounted() -> bool:
         rows = {}
@@ -145,7 +155,7 @@ def wait_until_accounted(cluster: Cluster, jobs: list[int], timeout_s: float = 6
             jid, state, end, _elapsed = line.split("|")
             rows[jid] = (state.split(" ", 1)[0], end)
         return all(
-            str(j) in rows and rows[str(j)][0] in TERMINAL and rows[str(j)][1] != "Unknown"
+            str(j) in rows and final(str(j), rows[str(j)][0]) and rows[str(j)][1] != "Unknown"
             for j in jobs
         )
 

@@ -309,7 +309,8 @@ def check_after(cluster: Cluster, plans: list[Plan], final: dict[int, JobInfo], 
         seen=leftovers,
     )
     ids = [p.job for p in plans]
-    wait_until_accounted(cluster, ids, 120)
+    cancelled = [p.job for p in plans if final[p.job].state == "CANCELLED"]
+    wait_until_accounted(cluster, ids, 120, cancelled=cancelled)
     # Every summary stored and checked twice: the outboxes empty.
     poll(
         "every node's accounting outbox to empty",

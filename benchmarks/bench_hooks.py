@@ -128,7 +128,7 @@ _JSON_ALLOCATION = {
     ],
     "errors": [],
 }
-# The hooks also publish the node's fit counts: `scontrol -d show node bench1` prints its
+# The hooks also publish the node's fit counts: `sinfo -h -N -n bench1 -O ...` prints its
 # Gres (kept in a file, as generate-config writes it for an empty node) and `scontrol
 # update NodeName=bench1 Gres=LIST` sets it, as slurmctld would.
 EMPTY_GRES = "vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
@@ -139,12 +139,14 @@ def fake_scontrol(gres_file: Path) -> str:
     return (
         "#!/bin/sh\n"
         'case "$1 $2" in\n'
-        "'-d show') printf 'NodeName=bench1 Arch=x86_64\\n   Gres=%s\\n   GresUsed=vgpu:1\\n'"
-        f' "$(cat {gres_file})" ;;\n'
         f"'update NodeName=bench1') printf '%s' \"${{3#Gres=}}\" > {gres_file} ;;\n"
         f"*) cat <<EOF\n{allocation}\nEOF\n;;\n"
         "esac\n"
     )
+
+
+def fake_sinfo(gres_file: Path) -> str:
+    return f"#!/bin/sh\nprintf 'bench1|%s|vgpu:1|\\n' \"$(cat {gres_file})\"\n"
 
 
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -209,6 +211,9 @@ def _bench(args: argparse.Namespace, root: Path, cgroups: Path) -> int:
     (fake_bin / "node-gres").write_text(EMPTY_GRES)
     scontrol.write_text(fake_scontrol(fake_bin / "node-gres"))
     scontrol.chmod(0o755)
+    sinfo = fake_bin / "sinfo"
+    sinfo.write_text(fake_sinfo(fake_bin / "node-gres"))
+    sinfo.chmod(0o755)
 
     # A bare hook process: the wrapper's shell, timeout and isolated interpreter, no work.
     bare_hook = root / "hooks" / "bare"

@@ -52,23 +52,30 @@ HOOKS = {
     "epilog_slurmctld_timeout_s": 30,
 }
 
+# How a node's GRES read appears in the fake Slurm's call log.
+NODE_READ = "sinfo -h -N -n "
+
 FAKE_SCONTROL = """#!/bin/sh
 # Records every call; `show job --json ID` prints the job's JSON if set, `show job`
-# the canned record, `-d show node N` the node's Gres (node-gres) and GresUsed
-# (node-used); `update NodeName=N Gres=LIST` sets node-gres as slurmctld would.
+# the canned record; `update NodeName=N Gres=LIST` sets the node's Gres (node-gres) as
+# slurmctld would.
 printf '%s\\n' "$*" >> "{calls}"
 if [ "$1 $3" = "show --json" ]; then cat "{jobs}/$4.json"; exit $?; fi
-if [ "$1 $2 $3" = "-d show node" ]; then
-  printf 'NodeName=%s Arch=x86_64\\n   Gres=%s\\n   GresUsed=%s\\n   State=MIXED\\n' \\
-    "$4" "$(cat "{bin}/node-gres")" "$(cat "{bin}/node-used")"
-  exit 0
-fi
 if [ "$1 ${{2%%=*}} ${{3%%=*}}" = "update NodeName Gres" ]; then
   printf '%s' "${{3#Gres=}}" > "{bin}/node-gres"
   exit 0
 fi
 if [ "$1" = show ]; then cat "{record}"; fi
 exit 0
+"""
+
+FAKE_SINFO = """#!/bin/sh
+# Records every call; `-h -N -n N -O FORMAT` prints the node's line: its name, Gres
+# (node-gres) and GresUsed (node-used), in two partitions as the sandbox's nodes are.
+printf 'sinfo %s\\n' "$*" >> "{calls}"
+for p in 1 2; do
+  printf '%s|%s|%s|\\n' "$4" "$(cat "{bin}/node-gres")" "$(cat "{bin}/node-used")"
+done
 """
 
 FAKE_SQUEUE = """#!/bin/sh
@@ -130,6 +137,10 @@ class Pool:
         path = self.bin_dir / "calls.log"
         return path.read_text().splitlines() if path.exists() else []
 
+    def clear_calls(self) -> None:
+        """Forget the calls made so far."""
+        (self.bin_dir / "calls.log").unlink(missing_ok=True)
+
     def set_allocation(
         self, job_id: str, vgpu: int = 0, admin_comment: str = "", gres: str = "vgpu"
     ) -> None:
@@ -145,7 +156,7 @@ class Pool:
         (self.bin_dir / "jobs" / f"{job_id}.exclusions").write_text(f"{state}|{nodes}\n")
 
     def set_node_gres(self, gres: str, used: str = "vgpu:0") -> None:
-        """What ``scontrol -d show node`` prints as the node's Gres and GresUsed."""
+        """What ``sinfo -n`` prints as the node's Gres and GresUsed."""
         (self.bin_dir / "node-gres").write_text(gres)
         (self.bin_dir / "node-used").write_text(used)
 
@@ -155,7 +166,7 @@ class Pool:
 
     def slurm_calls(self) -> list[str]:
         """The calls made, less the node GRES reads and updates the hooks publish with."""
-        return [c for c in self.calls if not c.startswith(("-d show node", "update NodeName="))]
+        return [c for c in self.calls if not c.startswith((NODE_READ, "update NodeName="))]
 
     def set_json(self, job_id: str, text: str) -> None:
         """What ``scontrol show job --json ID`` prints for the job."""
@@ -348,6 +359,9 @@ def make_pool(
     squeue = bin_dir / "squeue"
     squeue.write_text(FAKE_SQUEUE.format(calls=bin_dir / "calls.log", jobs=bin_dir / "jobs"))
     squeue.chmod(0o755)
+    sinfo = bin_dir / "sinfo"
+    sinfo.write_text(FAKE_SINFO.format(calls=bin_dir / "calls.log", bin=bin_dir))
+    sinfo.chmod(0o755)
     mps_control = bin_dir / "nvidia-cuda-mps-control"  # the simulated one
     mps_control.write_text(f'#!/bin/sh\nexec {sys.executable} -I -m slurmpool.sim.mps "$@"\n')
     mps_control.chmod(0o755)

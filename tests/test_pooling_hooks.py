@@ -21,6 +21,7 @@ from slurmpool.pooling import caps
 from slurmpool.pooling.reconcile import reconcile
 from slurmpool.sim.processes import attach_process
 from slurmpool.slurm.allocation import SQUEUE_FORMAT
+from slurmpool.slurm.nodegres import READ_FORMAT
 from slurmpool.state.db import store_path
 from slurmpool.state.store import ACTIVE, INTENT, RELEASED, RELEASING, NodeStore
 
@@ -173,7 +174,7 @@ def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) ->
     # carve now, its other GRES restated as they were.
     assert pool.calls == [
         f"squeue -h -j 100 -O {SQUEUE_FORMAT}",
-        f"-d show node {NODE}",
+        f"sinfo -h -N -n {NODE} -O {READ_FORMAT}",
         f"update NodeName={NODE} Gres={pool.node_gres()}",
     ]
     # s2: the job's 2g plus five more; s1: two 1g places fewer; one 3g and one 7g fewer.

@@ -11,7 +11,16 @@ import os
 from pathlib import Path
 
 import pytest
-from pooling_env import A100, EMPTY_NODE_GRES, NODE, ListLog, Pool, allocation, make_pool
+from pooling_env import (
+    A100,
+    EMPTY_NODE_GRES,
+    NODE,
+    NODE_READ,
+    ListLog,
+    Pool,
+    allocation,
+    make_pool,
+)
 
 from slurmpool.catalogue import default_catalogue
 from slurmpool.modes import GpuMode
@@ -20,6 +29,7 @@ from slurmpool.pooling import publish
 from slurmpool.pooling.deadline import Deadline
 from slurmpool.pooling.node import Node
 from slurmpool.pooling.slurmjob import SlurmJobs
+from slurmpool.slurm.nodegres import READ_FORMAT
 
 SIZES = (1, 2, 3, 4, 7)
 
@@ -145,7 +155,7 @@ def test_no_update_when_slurmctld_has_the_counts_already(pool: Pool) -> None:
     node = _node(pool)
     _note(pool, node)  # an empty node: what slurmctld has from gres.conf
     publish.send(node, lambda: _slurm(pool))
-    assert pool.calls == [f"-d show node {NODE}"]
+    assert pool.calls == [f"sinfo -h -N -n {NODE} -O {READ_FORMAT}"]
     assert _sent(pool)["gen"] == 1
     node.close()
 
@@ -209,4 +219,4 @@ def test_a_node_without_mig_pooling_publishes_nothing(tmp_path: Path, mode: str)
         env["SLURM_JOB_GPUS"] = "0"
         assert pool.hook("prolog", env)[0] == 0
         assert pool.hook("epilog", env)[0] == 0
-        assert not any(c.startswith(("-d show node", "update NodeName=")) for c in pool.calls)
+        assert not any(c.startswith((NODE_READ, "update NodeName=")) for c in pool.calls)

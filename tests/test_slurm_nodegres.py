@@ -1,8 +1,9 @@
-"""A node's GRES counts read from ``scontrol -d show node`` and the update that sets the
+"""A node's GRES counts read from ``sinfo -n`` and the update that sets the
 fit counts (slurmpool.slurm.nodegres), on output recorded with each tested Slurm."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from slurmpool.slurm.nodegres import (
     NodeGresError,
     counts_update,
     parse_node_gres,
-    show_node_argv,
+    read_node_argv,
     update_argv,
 )
 
@@ -24,7 +25,8 @@ EMPTY = {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2}
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_recorded_node_with_a_running_vgpu_job(version: str) -> None:
-    text = (DATA / f"slurm-{version}" / "show-node-allocated-d.txt").read_text()
+    # The probe's read of sbx1 while a vgpu:2 job runs there (one line per partition).
+    text = (DATA / f"slurm-{version}" / "probe-node-read-rpcs.txt").read_text()
     node = parse_node_gres(text, "sbx1")
     assert [g.key for g in node.gres] == [
         "gpu:a100",
@@ -32,18 +34,27 @@ def test_recorded_node_with_a_running_vgpu_job(version: str) -> None:
         *(f"vgpufit:{t}" for t in EMPTY),
     ]
     assert node.counts("vgpufit") == EMPTY
-    # The vgpu:3 and gpu:1 jobs hold vgpu and gpu; no job asks vgpufit yet.
+    # The job holds vgpu:2; no job asks vgpufit yet.
     assert node.used_counts("vgpufit") == dict.fromkeys(EMPTY, 0)
     assert type_counts(node.used, "vgpu") == {} and any(
-        g.name == "vgpu" and g.count == 3 for g in node.used
+        g.name == "vgpu" and g.count == 2 for g in node.used
     )
     update = counts_update(node, "vgpufit", {"s4": 0, "s7": 1})
     assert update == (
         "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:0,vgpufit:s7:1"
     )
     assert update_argv("sbx1", update) == ["scontrol", "update", "NodeName=sbx1", f"Gres={update}"]
-    with pytest.raises(NodeGresError, match="no record of sbx9"):
+    with pytest.raises(NodeGresError, match="no line for sbx9"):
         parse_node_gres(text, "sbx9")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_read_is_the_one_node_rpc(version: str) -> None:
+    # Measured: sinfo -n is REQUEST_NODE_INFO_SINGLE, scontrol show node the whole table.
+    text = (DATA / f"slurm-{version}" / "probe-node-read-rpcs.txt").read_text()
+    assert "sinfo -n -O Gres,GresUsed: NODE_INFO=0 NODE_INFO_SINGLE=10 gres=yes used=yes" in text
+    assert "scontrol -d show node: NODE_INFO=10 NODE_INFO_SINGLE=0" in text
+    assert read_node_argv("sbx1")[:5] == ["sinfo", "-h", "-N", "-n", "sbx1"]
 
 
 def test_nothing_to_send_when_the_counts_are_there() -> None:
@@ -68,19 +79,17 @@ def test_with_counts_keeps_order_and_other_names() -> None:
     assert Gres("vgpufit", "s4", 0) in out
 
 
-def test_show_node_asks_for_gres_used() -> None:
-    assert show_node_argv("sbx1") == ["scontrol", "-d", "show", "node", "sbx1"]
-
-
-def test_only_the_asked_nodes_own_gres_lines_are_read() -> None:
+def test_only_the_asked_nodes_line_is_read() -> None:
     text = (
-        "NodeName=sbx0 Arch=x86_64\n   Gres=vgpufit:s4:9\n"
-        "NodeName=sbx1 Arch=x86_64\n   Gres=vgpu:14,vgpufit:s4:2\n   GresDrain=N/A\n"
-        "   GresUsed=vgpu:4,vgpufit:s4:1\n   Reason=Gres=vgpufit:s4:7 [admin@now]\n"
-        "NodeName=sbx2 Arch=x86_64\n   Gres=vgpufit:s4:5\n"
+        "sbx10|vgpufit:s4:9|vgpufit:s4:0|\n"
+        "sbx1|vgpu:14,vgpufit:s4:2|vgpu:4,vgpufit:s4:1|\n"
+        "sbx1|vgpu:14,vgpufit:s4:2|vgpu:4,vgpufit:s4:1|\n"
     )
     node = parse_node_gres(text, "sbx1")
     assert node.counts("vgpufit") == {"s4": 2} and node.used_counts("vgpufit") == {"s4": 1}
-    with pytest.raises(NodeGresError, match="no Gres= line"):
-        parse_node_gres("NodeName=sbx1 Arch=x86_64\n   State=IDLE\n", "sbx1")
-    assert parse_node_gres("NodeName=sbx1 A=1\n   Gres=(null)\n", "sbx1").gres == ()
+    # A node sinfo does not know: it prints nothing and exits 0 (measured).
+    with pytest.raises(NodeGresError, match="no line for sbx1"):
+        parse_node_gres("", "sbx1")
+    with pytest.raises(NodeGresError, match=re.escape("expected NODE|GRES|GRESUSED|")):
+        parse_node_gres("sbx1 vgpu:14\n", "sbx1")
+    assert parse_node_gres("sbx1|(null)|(null)|\n", "sbx1").gres == ()

@@ -128,9 +128,9 @@ class SlurmJobs:
 
     def node_gres(self, node: str, timeout_s: float | None = None) -> NodeGres:
         """The node's GRES as slurmctld has them (:mod:`slurmpool.slurm.nodegres`)."""
-        from slurmpool.slurm.nodegres import parse_node_gres, show_node_argv
+        from slurmpool.slurm.nodegres import parse_node_gres, read_node_argv
 
-        argv = tuple(show_node_argv(node))
+        argv = tuple(read_node_argv(node))
         res = self.runner.run(*argv, timeout=self._limit(argv, 0.0, timeout_s))
         return parse_node_gres(res.stdout, node)
 

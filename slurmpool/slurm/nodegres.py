@@ -7,6 +7,11 @@ running jobs hold, and replaces the node's whole list; a GRES it leaves out is l
 until slurmctld restarts.  So an update restates every GRES the node has, with only
 the counts it means to change.  Every slurmd registration and slurmctld restart puts
 gres.conf's counts back.
+
+The read is ``sinfo -n NODE``: one node costs slurmctld a ``REQUEST_NODE_INFO_SINGLE``,
+where every form of ``scontrol show node NODE`` is a ``REQUEST_NODE_INFO``, the whole
+node table, on all three versions (``tests/data/probe-node-read-rpcs.sh``).  Each node
+reads its own on every hook that publishes and every monitord repair.
 """
 
 from __future__ import annotations
@@ -43,36 +48,26 @@ class NodeGres:
         return type_counts(self.used, name)
 
 
-def show_node_argv(node: str) -> list[str]:
-    """``scontrol -d show node NODE``: ``-d`` adds GresUsed."""
-    return ["scontrol", "-d", "show", "node", node]
+# sinfo's -O fields, '|' after each: a field with a separator is printed whole.
+READ_FORMAT = "NodeList:|,Gres:|,GresUsed:|"
+
+
+def read_node_argv(node: str) -> list[str]:
+    """``sinfo -h -N -n NODE -O NodeList,Gres,GresUsed``: one line per partition of the
+    node, each with its name, configured GRES and allocated GRES."""
+    return ["sinfo", "-h", "-N", "-n", node, "-O", READ_FORMAT]
 
 
 def parse_node_gres(text: str, node: str) -> NodeGres:
-    """The GRES of ``node`` in ``scontrol -d show node NODE`` output.
-
-    Reads only the record's ``Gres=`` and ``GresUsed=`` lines, each a field of its own
-    on every tested version: the hooks call this, and the full parser
-    (:func:`slurmpool.slurm.parse.parse_nodes`) costs them its imports.  Only the first
-    of each counts, so a later free-text field (an admin's Reason) cannot stand in.
-    """
-    fields: dict[str, str] | None = None
+    """The GRES of ``node`` in :func:`read_node_argv`'s output (its first line that
+    names ``node``: a node in several partitions has one line in each, all alike)."""
     for line in text.splitlines():
-        if line.startswith("NodeName="):
-            if fields is not None:
-                break  # the next node's record
-            if line.split(None, 1)[0] == f"NodeName={node}":
-                fields = {}
-            continue
-        key, eq, value = line.strip().partition("=")
-        if fields is not None and eq and key in ("Gres", "GresUsed") and key not in fields:
-            fields[key] = value.split(" ", 1)[0]
-    if fields is None:
-        raise NodeGresError(f"scontrol show node {node}: no record of {node} in its output")
-    if "Gres" not in fields:
-        raise NodeGresError(f"scontrol show node {node}: no Gres= line in its record")
-    return NodeGres(
-        node, tuple(parse_gres(fields["Gres"])), tuple(parse_gres(fields.get("GresUsed")))
+        fields = line.split("|")
+        if len(fields) >= 3 and fields[0].strip() == node:
+            return NodeGres(node, tuple(parse_gres(fields[1])), tuple(parse_gres(fields[2])))
+    raise NodeGresError(
+        f"sinfo -n {node}: no line for {node} in its output "
+        f"(expected NODE|GRES|GRESUSED|, got {text.strip()[:200]!r})"
     )
 
 

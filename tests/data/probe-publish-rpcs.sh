@@ -9,8 +9,9 @@
 # JOBS (default 40) jobs of root's, vgpu:1 to vgpu:4 in turn, each `sleep 2`, are
 # submitted at once; when every one has ended and every epilog is done, it prints
 # sdiag's count per RPC type: the node reads and updates only the hooks make
-# (`scontrol -d show node` is REQUEST_NODE_INFO, `scontrol update NodeName=`
-# REQUEST_UPDATE_NODE), the job reads (the hooks' and this script's squeue polling)
+# (`sinfo -n NODE` is REQUEST_NODE_INFO_SINGLE, `scontrol update NodeName=`
+# REQUEST_UPDATE_NODE; the figures below were measured while the read was
+# `scontrol -d show node`, a REQUEST_NODE_INFO), the job reads (the hooks' and this script's squeue polling)
 # and updates and requeues, all RPCs together, and how many updates the hook logs say
 # were sent and how many requeues.
 #

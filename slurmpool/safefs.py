@@ -86,6 +86,19 @@ def open_append(path: str, mode: int) -> int:
     return _open_own(path, os.O_WRONLY | os.O_APPEND, mode)
 
 
+def ensure_own_file(path: str, mode: int) -> None:
+    """The regular file ``path`` of this process's user exists: created with ``mode``
+    when missing, anything else there replaced.  One that is there already is not
+    opened: closing a descriptor drops every POSIX lock this process holds on the file,
+    such as those of the SQLite connections it has open on it."""
+    try:
+        if _is_own_file(os.lstat(path)):
+            return
+    except FileNotFoundError:
+        pass
+    os.close(_open_own(path, os.O_WRONLY, mode))
+
+
 def open_read_write(path: str, mode: int) -> int:
     """A file descriptor to read and rewrite the regular file ``path`` of this process's
     user, created with ``mode`` when missing; anything else there is replaced."""

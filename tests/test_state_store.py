@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from slurmpool.modes import GpuMode
-from slurmpool.state.db import Component, StateDB, StateStoreError, StoreBusy
+from slurmpool.state.db import Component, StateDB, StateStoreError, StoreBusy, store_path
 from slurmpool.state.store import (
     ACTIVE,
     RELEASED,
     SCHEMA_VERSION,
     NewAllocation,
     NodeStore,
+    open_node_store,
 )
 
 
@@ -162,3 +166,27 @@ def test_a_store_locked_while_it_opens_is_busy_not_an_error(tmp_path: Path) -> N
         other.execute("ROLLBACK")
         other.close()
     StateDB(path, []).close()  # and once it is free, it opens
+
+
+def test_opening_the_store_again_keeps_the_locks_of_open_connections(tmp_path: Path) -> None:
+    """A long-lived process (monitord) opens the store again while a connection of its
+    own is open.  Opening the database file outside SQLite and closing it would drop
+    every POSIX lock the process holds on it (they belong to the process, not the
+    descriptor), so another process's closing connection would find itself the last,
+    delete the WAL and its index under the open connection, and leave every later
+    connection 'disk I/O error' (seen in monitord on the sandbox)."""
+    other = (
+        "import sys; from slurmpool.state.store import open_node_store; "
+        "s = open_node_store(sys.argv[1], 'n1'); s.live(); s.close()"
+    )
+    with open_node_store(str(tmp_path), "n1") as held:
+        held.live()
+        with open_node_store(str(tmp_path), "n1") as again:  # the same process
+            again.live()
+        subprocess.run([sys.executable, "-c", other, str(tmp_path)], check=True)
+        path = store_path(str(tmp_path), "n1")
+        assert os.path.exists(f"{path}-wal") and os.path.exists(f"{path}-shm")
+        with held.transaction():
+            held.set_meta("x", "1")
+        with open_node_store(str(tmp_path), "n1") as third:
+            assert third.meta("x") == "1"

@@ -62,13 +62,15 @@ def store_path(state_dir: str | os.PathLike[str], node: str) -> str:
 def create_private(path: str) -> None:
     """Create ``path`` readable by root only (0600) if it does not exist: SQLite gives
     the -wal and -shm files the database file's mode.  SQLite opens all three by name,
-    so a link or FIFO in their place is removed first (:mod:`slurmpool.safefs`)."""
-    from slurmpool.safefs import clear_squatter, open_append
+    so a link or FIFO in their place is removed first (:mod:`slurmpool.safefs`).  A
+    database that is there is not opened: that would drop the locks of this process's
+    open connections to it (:func:`~slurmpool.safefs.ensure_own_file`)."""
+    from slurmpool.safefs import clear_squatter, ensure_own_file
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     for name in (f"{path}-wal", f"{path}-shm"):
         clear_squatter(name)
-    os.close(open_append(path, 0o600))
+    ensure_own_file(path, 0o600)
 
 
 class StateDB:

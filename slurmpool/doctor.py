@@ -12,6 +12,9 @@ Checks, in order (each yields :class:`Finding` objects):
 * ``trust``: what the root hooks run, import and write (the interpreter, the
   import path install resolved, the hooks, state, run and config dirs) is
   root's alone, the whole way there (:mod:`slurmpool.trust`);
+* ``monitord``: on a node that publishes what it can carve (MIG pooled in compute
+  slices), monitord is enabled in systemd or runs: only its repair gives slurmctld the
+  node's counts back after a slurmd or slurmctld restart or a reconfigure;
 * ``isolation``: per GPU mode of the node, what keeps a job from what other
   jobs hold (:mod:`slurmpool.isolation`); informative, never a failure;
 * ``slurm-version``: the node runs the Slurm release the config was generated
@@ -38,6 +41,7 @@ from typing import Any
 
 from slurmpool.configgen.files import GRES_CONF, SLURM_FRAGMENT
 from slurmpool.configgen.nodeconfig import (
+    SYSTEMD_DIR,
     NodeClassConfig,
     NodeConfig,
     NodeConfigError,
@@ -50,6 +54,7 @@ from slurmpool.install import (
     INCLUDE_MARKER,
     MANIFEST_NAME,
     STATE_DIR_MODE,
+    UNIT_NAME,
     InstallError,
     InstallTarget,
     read_manifest,
@@ -117,6 +122,7 @@ class DoctorOptions:
     backend_spec: str | None = None  # default: the node config's gpu_backend
     runner: Runner | None = None  # None: skip the Slurm checks
     check_gpus: bool = True
+    systemd_dir: str = SYSTEMD_DIR  # where install put the monitord unit
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -149,6 +155,7 @@ def run_doctor(opts: DoctorOptions) -> DoctorReport:
     findings.extend(check_hooks(config, opts))
     findings.extend(check_state_dir(opts.root, config.paths["state_dir"]))
     findings.extend(check_trust(config, opts))
+    findings.extend(check_monitord(config, cls, opts))
     findings.extend(check_isolation(config, cls, opts))
     if opts.runner is not None:
         conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
@@ -157,6 +164,37 @@ def run_doctor(opts: DoctorOptions) -> DoctorReport:
         findings.extend(check_slurm_node(config, opts, runner))
         findings.extend(check_slurmd_gres(config, opts, runner))
     return DoctorReport(opts.node, tuple(findings))
+
+
+# --- monitord --------------------------------------------------------------
+
+
+def check_monitord(
+    config: NodeConfig, cls: NodeClassConfig, opts: DoctorOptions
+) -> Iterator[Finding]:
+    """monitord is enabled or running on a node that publishes its fit counts."""
+    if not cls.publishes_fit:
+        return
+    from slurmpool.monitor.pidfile import running
+
+    # `systemctl enable` links the unit into the .wants directory of its target.
+    enabled = sorted(under(opts.root, opts.systemd_dir).glob(f"*.wants/{UNIT_NAME}"))
+    pid = None
+    if opts.root == Path("/"):  # a staged root runs nothing
+        pid = running(config.path("run_dir"), config.path("proc_root"))
+    if enabled or pid is not None:
+        said = [f"enabled ({enabled[0].parent.name})" if enabled else "not enabled in systemd"]
+        said.append(f"running (pid {pid})" if pid is not None else "not running now")
+        yield Finding("monitord", True, ", ".join(said))
+        return
+    yield Finding(
+        "monitord",
+        False,
+        "monitord is neither enabled nor running: after a slurmd restart, a slurmctld "
+        "restart or `scontrol reconfigure`, slurmctld counts this node's vgpufit as an "
+        "empty node's until a job starts or ends here, and sends it jobs it cannot carve",
+        f"systemctl enable --now {UNIT_NAME}",
+    )
 
 
 # --- isolation ------------------------------------------------------------

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from slurmpool.configgen.files import SLURM_FILES, SLURM_FRAGMENT
-from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
+from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME, SYSTEMD_DIR
 from slurmpool.hookpath import (
     HookImportPath,
     HookPathError,
@@ -122,7 +122,7 @@ class InstallTarget:
     config_dir: str
     hooks_dir: str
     state_dir: str
-    systemd_dir: str = "/etc/systemd/system"
+    systemd_dir: str = SYSTEMD_DIR
     python: str = sys.executable
     python_path: str | None = None  # PYTHONPATH for the hooks (slurmpool not installed in python)
     timeout_bin: str = "/usr/bin/timeout"
@@ -152,7 +152,7 @@ def target_for_policy(
     policy: Policy,
     *,
     slurm_conf: str | None = None,
-    systemd_dir: str = "/etc/systemd/system",
+    systemd_dir: str = SYSTEMD_DIR,
     python: str = sys.executable,
     python_path: str | None = None,
     timeout_bin: str = "/usr/bin/timeout",

@@ -17,14 +17,16 @@ from slurmpool.configgen.render import generate
 from slurmpool.doctor import (
     DoctorOptions,
     _gres_conf_entries,
+    check_monitord,
     check_slurm_version,
     check_state_dir,
     expected_node_gres,
     run_doctor,
 )
-from slurmpool.install import STATE_DIR_MODE, apply, plan_install, target_for_policy
+from slurmpool.install import STATE_DIR_MODE, UNIT_NAME, apply, plan_install, target_for_policy
 from slurmpool.policy.loader import load_policy
 from slurmpool.policy.model import Policy
+from slurmpool.records import replace
 from slurmpool.sandbox.provision import proc_root_for
 from slurmpool.sim.node import create_node
 from slurmpool.slurm.runner import Runner
@@ -42,6 +44,10 @@ def make_node(node: Path, gpus: list[tuple[str, bool]]) -> Policy:
         policy, systemd_dir=str(node / "systemd"), python=needs.hook_python()
     )
     apply(plan_install(target, generate(policy, installed=NODE_SLURM).files))
+    # `systemctl enable slurmpool-monitord`, as the unit's WantedBy says.
+    wants = node / "systemd" / "multi-user.target.wants"
+    wants.mkdir()
+    (wants / UNIT_NAME).symlink_to(f"../{UNIT_NAME}")
     create_node(
         policy.gpu_backend[len("sim:") :],
         policy.paths.devices_root,
@@ -53,6 +59,7 @@ def make_node(node: Path, gpus: list[tuple[str, bool]]) -> Policy:
 
 
 def opts(policy: Policy, **kw: object) -> DoctorOptions:
+    kw.setdefault("systemd_dir", str(Path(policy.paths.state_dir).parent / "systemd"))
     return DoctorOptions(
         node_config=os.path.join(policy.paths.slurm_config_dir, "node-config.json"),
         node=str(kw.pop("node", "sbx1")),
@@ -80,8 +87,47 @@ def test_healthy_node_passes(tmp_path: Path) -> None:
         "hooks",
         "slurm-conf",
         "state-dir",
+        "monitord",
     }
     assert report.text().endswith("sbx1: all checks passed")
+
+
+def test_a_mig_pooled_node_needs_monitord_enabled_or_running(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    policy = make_node(node, GOOD)
+    [found] = [f for f in run_doctor(opts(policy)).findings if f.check == "monitord"]
+    assert found.ok and found.message == "enabled (multi-user.target.wants), not running now"
+    (node / "systemd" / "multi-user.target.wants" / UNIT_NAME).unlink()
+    problem = failed(policy)["monitord"]
+    assert "neither enabled nor running" in problem and "scontrol reconfigure" in problem
+    assert problem.endswith(f"|| systemctl enable --now {UNIT_NAME}")
+    # Run by something other than systemd: its PID file names a live monitord.
+    run_dir = Path(policy.paths.run_dir)
+    proc = node / "proc-root"
+    (proc / "4242").mkdir(parents=True)
+    (proc / "4242" / "cmdline").write_bytes(b"/usr/bin/python3\0-I\0-m\0slurmpool\0monitord\0")
+    run_dir.mkdir(exist_ok=True)
+    (run_dir / "monitord.pid").write_text("4242\n")
+    config = json.loads((Path(policy.paths.slurm_config_dir) / "node-config.json").read_text())
+    config["paths"]["proc_root"] = str(proc)
+    (Path(policy.paths.slurm_config_dir) / "node-config.json").write_text(json.dumps(config))
+    [found] = [f for f in run_doctor(opts(policy)).findings if f.check == "monitord"]
+    assert found.ok and found.message == "not enabled in systemd, running (pid 4242)"
+    # A PID file left by a monitord that died names no monitord.
+    (proc / "4242" / "cmdline").write_bytes(b"/usr/sbin/sshd\0")
+    assert "monitord" in failed(policy)
+
+
+def test_a_node_that_publishes_nothing_has_no_monitord_check(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    policy = make_node(node, GOOD)
+    (node / "systemd" / "multi-user.target.wants" / UNIT_NAME).unlink()
+    config = load_node_config(Path(policy.paths.slurm_config_dir) / "node-config.json")
+    cls = config.node_class("sbx1")
+    assert cls is not None and cls.publishes_fit
+    shared = replace(cls, vgpu_unit="share")
+    assert not shared.publishes_fit
+    assert list(check_monitord(config, shared, opts(policy))) == []
 
 
 def test_wrong_mig_mode_says_how_to_fix(tmp_path: Path) -> None:
@@ -144,13 +190,12 @@ def test_state_dir_missing_and_not_a_dir(tmp_path: Path) -> None:
 def test_cli_json_and_exit_status(tmp_path: Path) -> None:
     policy = make_node(tmp_path / "node", GOOD)
     nc = os.path.join(policy.paths.slurm_config_dir, "node-config.json")
-    ok = CliRunner().invoke(
-        main, ["doctor", "--node-config", nc, "--node", "sbx1", "--no-slurm", "--json"]
-    )
+    node = ["--node-config", nc, "--node", "sbx1", "--systemd-dir", str(tmp_path / "node/systemd")]
+    ok = CliRunner().invoke(main, ["doctor", *node, "--no-slurm", "--json"])
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["ok"] is True
     os.chmod(policy.paths.state_dir, 0o777)
-    bad = CliRunner().invoke(main, ["doctor", "--node-config", nc, "--node", "sbx1", "--no-slurm"])
+    bad = CliRunner().invoke(main, ["doctor", *node, "--no-slurm"])
     assert bad.exit_code == 1
     assert "[FAIL] state-dir" in bad.stdout
     assert "fix: install -d" in bad.stdout

@@ -28,6 +28,7 @@ from slurmpool.placement import GpuOccupancy, PlacedInstance, Placement
 from slurmpool.pooling import publish
 from slurmpool.pooling.deadline import Deadline
 from slurmpool.pooling.node import Node
+from slurmpool.pooling.reconcile import BOOT_KEY
 from slurmpool.pooling.slurmjob import SlurmJobs
 from slurmpool.slurm.nodegres import READ_FORMAT
 
@@ -91,9 +92,15 @@ def test_an_intent_is_held_already() -> None:
 
 
 def _node(pool: Pool, deadline_s: float = 30) -> Node:
-    node = pool.node(ListLog())
+    return _logged_node(pool, deadline_s)[0]
+
+
+def _logged_node(pool: Pool, deadline_s: float = 30) -> tuple[Node, ListLog]:
+    """The pool's node with a deadline of ``deadline_s``, and its event log."""
+    log = ListLog()
+    node = pool.node(log)
     node.deadline = Deadline(deadline_s)
-    return node
+    return node, log
 
 
 def _slurm(pool: Pool) -> SlurmJobs:
@@ -161,9 +168,7 @@ def test_no_update_when_slurmctld_has_the_counts_already(pool: Pool) -> None:
 
 
 def test_a_failed_update_is_logged_and_sent_by_the_next_hook(pool: Pool) -> None:
-    node = _node(pool)
-    log = node.log
-    assert isinstance(log, ListLog)
+    node, log = _logged_node(pool)
     _note(pool, node, ("7g.80gb", 0, 8))
     scontrol = pool.bin_dir / "scontrol"
     working = scontrol.read_text()
@@ -181,9 +186,7 @@ def test_a_failed_update_is_logged_and_sent_by_the_next_hook(pool: Pool) -> None
 
 
 def test_a_send_waits_its_turn_only_within_the_deadline(pool: Pool) -> None:
-    node = _node(pool, deadline_s=0.3)
-    log = node.log
-    assert isinstance(log, ListLog)
+    node, log = _logged_node(pool, deadline_s=0.3)
     _note(pool, node, ("7g.80gb", 0, 8))
     pool.run_dir.mkdir(exist_ok=True)
     holder = os.open(pool.run_dir / publish.SENT_FILE, os.O_RDWR | os.O_CREAT, 0o600)
@@ -220,3 +223,77 @@ def test_a_node_without_mig_pooling_publishes_nothing(tmp_path: Path, mode: str)
         assert pool.hook("prolog", env)[0] == 0
         assert pool.hook("epilog", env)[0] == 0
         assert not any(c.startswith((NODE_READ, "update NodeName=")) for c in pool.calls)
+
+
+# -- repair (monitord) -------------------------------------------------------------
+
+
+# One GPU's slices held by a 7g (held, so counted), the other GPU free.
+CARVED_7G = "gpu:a100:1,vgpu:14,vgpufit:s1:7,vgpufit:s2:3,vgpufit:s3:2,vgpufit:s4:1,vgpufit:s7:2"
+
+
+def _carve_7g(pool: Pool) -> None:
+    """A 7g instance held by job 100 (a hook carved it and published)."""
+    env = pool.env("100", vgpu=7)
+    assert pool.hook("prolog", env)[0] == 0
+    assert pool.node_gres() == CARVED_7G
+
+
+def test_a_repair_puts_back_what_a_registration_took(pool: Pool) -> None:
+    _carve_7g(pool)
+    pool.set_node_gres(EMPTY_NODE_GRES)  # slurmd registered: gres.conf's counts again
+    node, log = _logged_node(pool)
+    pool.clear_calls()
+    assert publish.repair(node, lambda: _slurm(pool))
+    assert pool.node_gres() == CARVED_7G
+    [fields] = [f for a, f in log.lines if a == "fit-repaired"]
+    assert fields["slurmctld_had"] == "s1:14,s2:6,s3:4,s4:2,s7:2"
+    # In step now: the next repair costs one read and sends nothing.
+    pool.clear_calls()
+    assert not publish.repair(node, lambda: _slurm(pool))
+    assert pool.calls == [f"sinfo -h -N -n {NODE} -O {READ_FORMAT}"]
+    node.close()
+
+
+def test_a_repair_sends_a_note_no_hook_sent(pool: Pool) -> None:
+    # A hook killed between its note and its send: the note is there, unsent.
+    node = _node(pool)
+    _note(pool, node, ("7g.80gb", 0, 8))
+    assert not (pool.run_dir / publish.SENT_FILE).exists()
+    # The repair notes from what NVML lists (nothing: the instance of the note is not
+    # there), so it sends the node empty, as it is, with the next generation.
+    assert not publish.repair(node, lambda: _slurm(pool))
+    assert pool.node_gres() == EMPTY_NODE_GRES
+    assert _sent(pool)["gen"] == 2
+    node.close()
+
+
+def test_a_repair_that_cannot_reach_slurmctld_fails_quietly(pool: Pool) -> None:
+    _carve_7g(pool)
+    pool.set_node_gres(EMPTY_NODE_GRES)
+    (pool.bin_dir / "sinfo").write_text(
+        "#!/bin/sh\necho 'slurm_load_node error: Unable to contact slurm controller' >&2\nexit 1\n"
+    )
+    node, log = _logged_node(pool)
+    assert not publish.repair(node, lambda: _slurm(pool))
+    [fields] = [f for a, f in log.lines if a == "fit-publish-failed"]
+    assert "Unable to contact slurm controller" in str(fields["error"])
+    assert pool.node_gres() == EMPTY_NODE_GRES
+    node.close()
+
+
+def test_a_repair_after_a_reboot_counts_no_job_the_boot_ended(pool: Pool) -> None:
+    _carve_7g(pool)
+    with pool.backend() as b:  # a reboot: the instance is gone, its record stays
+        [inst] = b.instances(0) or b.instances(1)
+        b.destroy_instance(0 if b.instances(0) else 1, inst.gi_id)
+    with pool.store() as store, store.transaction():
+        store.set_meta(BOOT_KEY, "an-earlier-boot")
+    pool.set_node_gres(EMPTY_NODE_GRES)  # the rebooted slurmd registered
+    node, log = _logged_node(pool)
+    assert not publish.repair(node, lambda: _slurm(pool))  # slurmctld has it right
+    assert pool.node_gres() == EMPTY_NODE_GRES
+    assert "node-rebooted" in log.actions()
+    with pool.store() as store:
+        assert store.live() == []
+    node.close()

@@ -182,6 +182,7 @@ def test_monitord_runs_as_the_installed_unit_on_its_own_port() -> None:
         port=20001,
         interval_s=0.5,
         settle_s=25,
+        repair_s=2,
     )
     assert argv[:6] == [
         "/opt/slurmpool/bin/python",
@@ -196,6 +197,7 @@ def test_monitord_runs_as_the_installed_unit_on_its_own_port() -> None:
     assert argv[argv.index("--address") + 1] == "127.0.0.1"
     assert argv[argv.index("--interval") + 1] == "0.5"
     assert argv[argv.index("--settle") + 1] == "25"
+    assert argv[argv.index("--repair-interval") + 1] == "2"
     # slurmpool from source: PYTHONPATH kept, so no -I (which would drop it).
     src = monitord_argv(
         "/usr/bin/python3",

@@ -16,7 +16,12 @@ from slurmpool.cli.common import (
     var_option,
 )
 from slurmpool.cli.nodeopts import node_option
-from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_ENV, NODE_CONFIG_NAME
+from slurmpool.configgen.nodeconfig import (
+    DEFAULT_NODE_CONFIG,
+    NODE_CONFIG_ENV,
+    NODE_CONFIG_NAME,
+    SYSTEMD_DIR,
+)
 
 
 @click.command()
@@ -39,6 +44,12 @@ from slurmpool.configgen.nodeconfig import DEFAULT_NODE_CONFIG, NODE_CONFIG_ENV,
 @click.option("--slurm-conf", default=None, help="slurm.conf [<slurm config dir>/slurm.conf].")
 @click.option("--backend", default=None, help="GPU backend spec [the node config's gpu_backend].")
 @root_option("Check a staged tree (implies --no-slurm).")
+@click.option(
+    "--systemd-dir",
+    default=SYSTEMD_DIR,
+    show_default=True,
+    help="Where `slurmpool install` put the monitord unit, and `systemctl enable` links it.",
+)
 @click.option("--no-slurm", is_flag=True, help="Skip the checks that ask Slurm.")
 @click.option("--no-gpus", is_flag=True, help="Skip the checks that ask the GPU backend.")
 @json_option("the findings")
@@ -50,6 +61,7 @@ def doctor(
     slurm_conf: str | None,
     backend: str | None,
     root: Path,
+    systemd_dir: str,
     no_slurm: bool,
     no_gpus: bool,
     as_json: bool,
@@ -79,6 +91,7 @@ def doctor(
             backend_spec=backend,
             runner=None if (no_slurm or staged) else Runner(env=dict(os.environ)),
             check_gpus=not no_gpus,
+            systemd_dir=systemd_dir,
         )
     )
     if as_json:

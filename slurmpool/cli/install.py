@@ -16,6 +16,7 @@ from slurmpool.cli.common import (
     usage_error,
     var_option,
 )
+from slurmpool.configgen.nodeconfig import SYSTEMD_DIR
 
 if TYPE_CHECKING:
     from slurmpool.install import Plan
@@ -61,7 +62,7 @@ def _run(plan: Plan, dry_run: bool) -> None:
 @click.option(
     "--slurm-conf", default=None, help="The site's slurm.conf [<slurm_config_dir>/slurm.conf]."
 )
-@click.option("--systemd-dir", default="/etc/systemd/system", show_default=True)
+@click.option("--systemd-dir", default=SYSTEMD_DIR, show_default=True)
 @click.option(
     "--python",
     "python",

@@ -53,6 +53,14 @@ def _log(message: str) -> None:
     default=None,
     help="Keep raw samples this long [node config monitor.retention_hours, else 48].",
 )
+@click.option(
+    "--repair-interval",
+    "repair_s",
+    type=float,
+    default=None,
+    help="Seconds between repairs of the vgpufit counts slurmctld has of a MIG-pooled "
+    "node, 0 for none [node config monitor.repair_interval_s, else 30].",
+)
 @settle_option
 @click.option("--once", is_flag=True, help="One sampling pass (and one push), then exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as JSON.")
@@ -68,6 +76,7 @@ def monitord(
     no_push: bool,
     retention_hours: float | None,
     settle_s: float | None,
+    repair_s: float | None,
     once: bool,
     as_json: bool,
 ) -> None:
@@ -77,12 +86,17 @@ def monitord(
     memory and (Hopper and later) SM utilisation; processes attributed to
     Slurm jobs.  Samples go to the node state store; Prometheus metrics are
     served on --address:--port (/metrics, and /jobs/<id> for jobstats); the
-    accounting outbox is pushed with backoff.  Stop it with SIGTERM.
+    accounting outbox is pushed with backoff.  On a node that pools MIG GPUs
+    in compute slices, the vgpufit counts slurmctld has of the node are
+    repaired at start and every --repair-interval: a slurmd registration, a
+    slurmctld restart and `scontrol reconfigure` put gres.conf's back.  Stop
+    it with SIGTERM.
 
     Example: ``slurmpool monitord --node-config /etc/slurm/node-config.json --once``
     """
     from slurmpool.gpu.backend import GpuBackendError
     from slurmpool.gpu.select import open_backend
+    from slurmpool.monitor import pidfile
     from slurmpool.monitor.attribution import PidResolver
     from slurmpool.monitor.daemon import (
         DEFAULT_ADDRESS,
@@ -91,6 +105,7 @@ def monitord(
         Monitor,
         MonitorSettings,
     )
+    from slurmpool.monitor.repair import DEFAULT_REPAIR_S, FAILED, FitRepair
     from slurmpool.monitor.sampler import Sampler
     from slurmpool.state.samples import Retention
 
@@ -104,6 +119,11 @@ def monitord(
     hours = (
         retention_hours if retention_hours is not None else float(conf.get("retention_hours", 48))
     )
+    repair_every = (
+        repair_s if repair_s is not None else float(conf.get("repair_interval_s", DEFAULT_REPAIR_S))
+    )
+    if repair_every < 0:
+        usage_error(f"--repair-interval must be 0 (none) or positive, got {repair_every:g}")
     settings = MonitorSettings(
         interval_s=interval,
         address=address or str(conf.get("address", DEFAULT_ADDRESS)),
@@ -114,6 +134,7 @@ def monitord(
         push=not no_push,
         settle_s=settle_seconds(ctx, settle_s),
         missed_every_s=MonitorSettings.missed_every_s if ctx.config.accounting else None,
+        repair_every_s=repair_every,
     )
     try:
         gpu = open_backend(backend or ctx.config.gpu_backend)
@@ -123,6 +144,18 @@ def monitord(
     proc_root = ctx.config.path("proc_root")
     sampler = Sampler(gpu, ctx.node, modes=ctx.gpu_modes(), pids=PidResolver(proc_root))
     runner = slurm_runner()
+    repair = None
+    cls = ctx.config.node_class(ctx.node)
+    if repair_every > 0 and cls is not None and cls.publishes_fit:
+        spec, minors = backend or ctx.config.gpu_backend, ctx.config.path("mig_minors")
+        repair = FitRepair(
+            node=ctx.node,
+            config=ctx.config,
+            cls=cls,
+            open_backend=lambda: open_backend(spec, mig_minors_path=minors),
+            runner=runner,
+            log=_log,
+        )
     monitor = Monitor(
         node=ctx.node,
         store_path=ctx.store_path,
@@ -130,6 +163,7 @@ def monitord(
         settings=settings,
         runner=runner,
         log=_log,
+        repair=repair,
     )
     if once:
         try:
@@ -137,6 +171,7 @@ def monitord(
             time.sleep(0.15)
             snap = monitor.pass_once()
             results = monitor.push_once() if not no_push else []
+            fit = monitor.repair_once()
         finally:
             monitor.close()
             gpu.close()
@@ -150,6 +185,7 @@ def monitord(
                     "samples": [_sample_json(s) for s in snap.samples],
                     "pushed": [r.job_id for r in results if r.stored],
                     "push_failed": {r.job_id: r.error for r in results if not r.stored},
+                    "fit_repair": fit,
                 }
             )
         else:
@@ -162,7 +198,9 @@ def monitord(
                     f"{dev:<22} job={s.job_id or '-':<8} util={util:<5} "
                     f"mem={s.mem_used_mib}/{s.mem_total_mib} MiB procs={s.nprocs}"
                 )
-        raise SystemExit(EXIT_FAIL if snap.errors else 0)
+            if fit is not None:
+                click.echo(f"vgpufit counts in slurmctld: {fit}")
+        raise SystemExit(EXIT_FAIL if snap.errors or fit == FAILED else 0)
 
     stop = threading.Event()
 
@@ -181,10 +219,18 @@ def monitord(
         click.echo(f"error: cannot listen on {settings.address}:{settings.port}: {e}", err=True)
         raise SystemExit(EXIT_FAIL) from None
     _log(f"node {ctx.node}: sampling {gpu.name} every {interval:g} s into {ctx.store_path}")
+    if repair is not None:
+        _log(f"node {ctx.node}: repairing its vgpufit counts in slurmctld every {repair_every:g} s")
+    run_dir = ctx.config.path("run_dir")
+    try:
+        pidfile.claim(run_dir)
+    except OSError as e:  # doctor cannot tell that it runs; it runs all the same
+        _log(f"cannot write {pidfile.PID_FILE} in {run_dir}: {e}")
     try:
         monitor.run(stop)
     finally:
         gpu.close()
+        pidfile.release(run_dir)
     _log("stopped")
     sys.stdout.flush()
 

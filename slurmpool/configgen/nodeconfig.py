@@ -26,6 +26,8 @@ NODE_CONFIG_NAME = "node-config.json"
 DEFAULT_NODE_CONFIG = f"/etc/slurm/{NODE_CONFIG_NAME}"
 # The node config to use when no --node-config is given (`slurmpool sandbox exec` sets it).
 NODE_CONFIG_ENV = "SLURMPOOL_NODE_CONFIG"
+# Where `slurmpool install` puts the monitord unit unless told (and doctor looks).
+SYSTEMD_DIR = "/etc/systemd/system"
 
 
 class NodeConfigError(ValueError):
@@ -65,6 +67,12 @@ class NodeClassConfig:
     @property
     def pooled_gpus(self) -> tuple[NodeGpu, ...]:
         return tuple(g for g in self.gpus if g.pooled)
+
+    @property
+    def publishes_fit(self) -> bool:
+        """The class pools MIG GPUs in compute slices: its nodes publish what they can
+        carve (:mod:`slurmpool.pooling.publish`)."""
+        return self.vgpu_unit == "compute-slice" and any(g.mode is GpuMode.MIG for g in self.gpus)
 
 
 STRAY_KILL = "kill"

@@ -4,7 +4,9 @@ One thread samples every ``interval_s`` (attribution from the node store's
 live allocations, accounts from squeue), writes the pass to the store and
 hands it to the metrics collector; retention runs every ``prune_every_s``.
 A second thread pushes due outbox summaries to accounting with backoff, so
-a slow or dead slurmdbd never delays sampling.  :meth:`Monitor.run` returns
+a slow or dead slurmdbd never delays sampling.  On a node that publishes what it
+can carve, a third repairs what slurmctld has of it, at start and every
+``repair_every_s`` (:mod:`slurmpool.monitor.repair`).  :meth:`Monitor.run` returns
 when the ``stop`` event is set (the CLI sets it on SIGTERM/SIGINT).
 """
 
@@ -61,6 +63,8 @@ class MonitorSettings:
     # How often the pusher looks for jobs whose epilog made no summary (None: never,
     # as where the policy turns accounting off and no epilog summarises either).
     missed_every_s: float | None = 60.0
+    # Seconds between repairs of the node's published fit counts (with a repair given).
+    repair_every_s: float = 30.0
 
 
 Log = Callable[[str], None]
@@ -79,6 +83,7 @@ class Monitor:
         runner: Runner | None = None,
         log: Log | None = None,
         clock: Callable[[], float] = time.time,
+        repair: Callable[[], str] | None = None,
     ) -> None:
         self.node = node
         self.store_path = Path(store_path)
@@ -87,6 +92,7 @@ class Monitor:
         self.runner = runner
         self.log: Log = log or (lambda _m: None)
         self.clock = clock
+        self.repair = repair
         self.collector = SnapshotCollector()
         self.accounts = AccountResolver(runner)
         self.server: MetricsServer | None = None
@@ -171,6 +177,24 @@ class Monitor:
                 self.log(f"accounting: {what} not stored yet: {r.error}")
         return results
 
+    def repair_once(self) -> str | None:
+        """One repair of the node's published fit counts (None: this node has none)."""
+        if self.repair is None:
+            return None
+        from slurmpool.monitor.repair import FAILED, SENT
+
+        try:
+            outcome = self.repair()
+        except Exception as e:  # a lost GPU, a broken store: said, and tried again
+            self.log(f"fit: repair error: {type(e).__name__}: {e}")
+            outcome = FAILED
+        st = self.collector.stats
+        if outcome == SENT:
+            st.fit_repairs += 1
+        elif outcome == FAILED:
+            st.fit_repair_failures += 1
+        return outcome
+
     def job_view(self, job_id: str) -> dict[str, Any] | None:
         with NodeStore(self.store_path, COMPONENTS) as store:
             if not sample_store.job_totals(store, job_id):
@@ -193,25 +217,36 @@ class Monitor:
 
     def _push_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
+            wait = self.settings.push_poll_s
             try:
                 self.push_once()
-            except Exception as e:  # never let the pusher die silently
+                with NodeStore(self.store_path, COMPONENTS) as store:
+                    due = outbox.next_due(store)
+                if due is not None:
+                    wait = min(wait, max(0.05, due - self.clock()))
+            except Exception as e:  # never let the pusher die: said, and tried again
                 self.log(f"accounting push error: {type(e).__name__}: {e}")
-            with NodeStore(self.store_path, COMPONENTS) as store:
-                due = outbox.next_due(store)
-            wait = self.settings.push_poll_s
-            if due is not None:
-                wait = min(wait, max(0.05, due - self.clock()))
             stop.wait(wait)
 
+    def _repair_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.repair_once()
+            stop.wait(self.settings.repair_every_s)
+
     def run(self, stop: threading.Event) -> None:
-        """Sample every interval until ``stop`` is set; push the outbox alongside."""
-        pusher: threading.Thread | None = None
+        """Sample every interval until ``stop`` is set; push the outbox and repair the
+        published fit counts alongside."""
+        helpers: list[threading.Thread] = []
         if self.settings.push and self.runner is not None:
-            pusher = threading.Thread(
-                target=self._push_loop, args=(stop,), name="push", daemon=True
+            helpers.append(
+                threading.Thread(target=self._push_loop, args=(stop,), name="push", daemon=True)
             )
-            pusher.start()
+        if self.repair is not None:
+            helpers.append(
+                threading.Thread(target=self._repair_loop, args=(stop,), name="repair", daemon=True)
+            )
+        for t in helpers:
+            t.start()
         self.sampler.prime()
         stop.wait(min(self.settings.interval_s, 0.2))
         next_t = time.monotonic()
@@ -229,8 +264,8 @@ class Monitor:
                     delay = 0.0
                 stop.wait(delay)
         finally:
-            if pusher is not None:
-                pusher.join(timeout=35)
+            for t in helpers:
+                t.join(timeout=35)
             self.close()
 
     def close(self) -> None:

@@ -39,6 +39,8 @@ class MonitorStats:
     outbox_pending: int = 0
     pushed: int = 0
     push_failures: int = 0
+    fit_repairs: int = 0
+    fit_repair_failures: int = 0
 
 
 class SnapshotCollector:
@@ -179,7 +181,16 @@ def _monitor_metrics(st: MonitorStats, snap: Snapshot | None) -> Iterator[Metric
     pushed.add_metric([], st.pushed)
     failed = CounterMetricFamily("slurmpool_accounting_push_failures", "failed push attempts")
     failed.add_metric([], st.push_failures)
-    yield from (passes, errors, dur, cpu, pending, pushed, failed)
+    repairs = CounterMetricFamily(
+        "slurmpool_fit_repairs",
+        "times slurmctld had other vgpufit counts than the node's and was sent them",
+    )
+    repairs.add_metric([], st.fit_repairs)
+    repair_failed = CounterMetricFamily(
+        "slurmpool_fit_repair_failures", "repairs of the vgpufit counts that failed"
+    )
+    repair_failed.add_metric([], st.fit_repair_failures)
+    yield from (passes, errors, dur, cpu, pending, pushed, failed, repairs, repair_failed)
     if snap is not None:
         last = GaugeMetricFamily(
             "slurmpool_monitor_last_pass_timestamp_seconds", "when the last pass ran"

@@ -16,6 +16,10 @@ The update restates the node's whole GRES list with only the fit counts changed
 site's own GRES and ``vgpu``'s count, which accounting and limits read, stay as they
 are.  Publishing is best effort within the hook's deadline: a failure is logged and
 never fails the job; the next hook's note, or a later send, puts it right.
+
+slurmctld forgets the counts at every slurmd registration, slurmctld restart and
+reconfigure, none of which runs a hook: :func:`repair`, which monitord runs every
+interval, compares what slurmctld has with a fresh note and sends when they differ.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ CALL_S = 5.0
 
 def fit_pooled(node: Node) -> bool:
     """The node pools MIG GPUs in compute slices: it has fit counts to publish."""
-    return node.cls.vgpu_unit == "compute-slice" and bool(node.gpus(GpuMode.MIG))
+    return node.cls.publishes_fit
 
 
 def node_sizes(node: Node, cat: Catalogue) -> tuple[int, ...]:
@@ -121,10 +125,11 @@ def note_now(node: Node) -> bool:
         return note(node, store, occupancy(migs, store.live(), instances))
 
 
-def publish_now(node: Node, slurm: Callable[[], SlurmJobs]) -> None:
+def publish_now(node: Node, slurm: Callable[[], SlurmJobs], *, force: bool = False) -> bool:
     """:func:`note_now`, then :func:`send`: for a hook that changed what the node holds
-    outside a transaction of its own (an epilog's release, a prolog's undo).  A busy
-    store or a GPU that cannot be read is logged: the next hook notes again."""
+    outside a transaction of its own (an epilog's release, a prolog's undo), and for
+    :func:`repair`.  A busy store or a GPU that cannot be read is logged: the next hook
+    notes again.  True if an update was sent."""
     from slurmpool.gpu.backend import GpuBackendError
     from slurmpool.state.db import StoreBusy
 
@@ -132,22 +137,47 @@ def publish_now(node: Node, slurm: Callable[[], SlurmJobs]) -> None:
         note_now(node)
     except (StoreBusy, GpuBackendError) as e:
         node.log.event("fit-note-failed", level="warning", error=clean(str(e), 300))
-    send(node, slurm)
+    return send(node, slurm, force=force)
 
 
-def send(node: Node, slurm: Callable[[], SlurmJobs]) -> None:
-    """Send the newest note unless it went already; failures are logged, never raised
-    (the job goes on, and the next hook sends again)."""
+def repair(node: Node, slurm: Callable[[], SlurmJobs]) -> bool:
+    """Note the node's counts afresh and make slurmctld's agree with them, whatever was
+    sent before: monitord's periodic pass.  Every slurmd registration, slurmctld restart
+    and ``scontrol reconfigure`` puts gres.conf's counts (an empty node's) back
+    (measured, :mod:`slurmpool.slurm.nodegres`), and a hook killed between its note and
+    its send left the note unsent.  Costs one one-node read when nothing is wrong.
+
+    After a reboot, the records of the jobs the boot ended are released first, as the
+    next prolog's reconcile would: their instances went with the boot, and counting
+    them would keep slurmctld from sending the node what it can carve until a job
+    starts there.  True if an update was sent."""
+    from slurmpool.pooling.reconcile import forget_an_earlier_boot
+    from slurmpool.state.db import StoreBusy
+
+    try:
+        store = node.store()
+        with store.transaction():
+            forget_an_earlier_boot(node)
+    except StoreBusy:
+        pass  # a hook holds the node lock (its prolog reconciles); the next pass tries again
+    return publish_now(node, slurm, force=True)
+
+
+def send(node: Node, slurm: Callable[[], SlurmJobs], *, force: bool = False) -> bool:
+    """Send the newest note unless it went already (``force``: unless slurmctld has its
+    counts); failures are logged, never raised (the job goes on, and the next hook
+    sends again).  True if an update was sent."""
     from slurmpool.slurm.nodegres import NodeGresError
     from slurmpool.slurm.runner import SlurmCommandError
 
     try:
-        _send(node, slurm)
+        return _send(node, slurm, force)
     except (SlurmCommandError, NodeGresError, OSError, ValueError) as e:
         node.log.event("fit-publish-failed", level="warning", error=clean(str(e), 300))
+        return False
 
 
-def _send(node: Node, slurm: Callable[[], SlurmJobs]) -> None:
+def _send(node: Node, slurm: Callable[[], SlurmJobs], force: bool) -> bool:
     from slurmpool.safefs import open_read_write, own_dir
     from slurmpool.slurm.nodegres import counts_update
 
@@ -156,20 +186,32 @@ def _send(node: Node, slurm: Callable[[], SlurmJobs]) -> None:
     try:
         if not _take_turn(fd, node.deadline.within(SEND_WAIT_S)):
             node.log.event("fit-publish-skipped", level="warning", detail="another send is slow")
-            return
+            return False
         newest = _load(node.store().meta(NOTE_KEY))
         sent = _load(_read(fd))
-        if newest is None or (sent is not None and sent[0] >= newest[0]):
-            return
+        went = sent is not None and newest is not None and sent[0] >= newest[0]
+        if newest is None or (went and not force):
+            return False
         jobs = slurm()
         current = jobs.node_gres(node.name, CALL_S)
         gres = counts_update(current, FIT_GRES, newest[1])
         if gres is not None:
             jobs.set_node_gres(node.name, gres, CALL_S)
-            node.log.event("fit-published", gen=newest[0], gres=gres)
-        _write(fd, newest)
+            if went:  # slurmctld lost what was sent: a registration, restart or reconfigure
+                was = format_counts(current.counts(FIT_GRES))
+                node.log.event("fit-repaired", gen=newest[0], gres=gres, slurmctld_had=was)
+            else:
+                node.log.event("fit-published", gen=newest[0], gres=gres)
+        if not went:
+            _write(fd, newest)
+        return gres is not None
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def format_counts(counts: dict[str, int]) -> str:
+    """``s1:14,s2:6``: fit counts for a log line."""
+    return ",".join(f"{t}:{n}" for t, n in sorted(counts.items()))
 
 
 def _take_turn(fd: int, wait_s: float) -> bool:

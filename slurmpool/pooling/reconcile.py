@@ -125,7 +125,7 @@ def claim(node: Node) -> ReconcilePlan:
     hook takes it meanwhile.  The caller holds the store's write transaction."""
     store = node.store()
     proc_root = node.proc_root
-    _forget_an_earlier_boot(node)
+    forget_an_earlier_boot(node)
     records = store.live()
     instances = {
         g.index: node.backend().instances(node.nvml_index(g)) for g in node.gpus(GpuMode.MIG)
@@ -146,7 +146,7 @@ def claim(node: Node) -> ReconcilePlan:
     return todo
 
 
-def _forget_an_earlier_boot(node: Node) -> None:
+def forget_an_earlier_boot(node: Node) -> None:
     """After a boot, mark every live record released: the instances, processes, file
     modes and bindings they describe went with the boot (inside the caller's
     transaction)."""

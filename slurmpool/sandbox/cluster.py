@@ -83,6 +83,9 @@ class SandboxOptions:
     hook_python: str | None = None
     # Seconds between monitord's sampling passes on every node.
     monitor_interval_s: float = 2.0
+    # Seconds between monitord's repairs of the vgpufit counts slurmctld has of a node
+    # (30 on a real node): short, so that tests wait on the repair, not the clock.
+    monitor_repair_s: float = 1.0
     # Seconds before monitord checks a stored summary again.  Shorter than a real
     # cluster's: every Slurm command answers within a second on loopback, and this is
     # still longer than slurmctld's records were seen to lag the database (20 s).
@@ -130,6 +133,7 @@ def monitord_argv(
     port: int,
     interval_s: float,
     settle_s: float,
+    repair_s: float = 1.0,
 ) -> list[str]:
     """monitord as the installed unit runs it (``python -I -m slurmpool monitord
     --node-config ...``), on its own port: every sandbox node shares one loopback."""
@@ -156,6 +160,8 @@ def monitord_argv(
         f"{interval_s:g}",
         "--settle",
         f"{settle_s:g}",
+        "--repair-interval",
+        f"{repair_s:g}",
     ]
 
 
@@ -927,6 +933,7 @@ class Sandbox:
                 port=state.ports[f"monitord:{name}"],
                 interval_s=options.monitor_interval_s,
                 settle_s=options.accounting_settle_s,
+                repair_s=options.monitor_repair_s,
             )
             d = self._spawn(state, f"monitord-{name}", self.on_node_argv(name, argv), env)
             self._wait_monitord(state, d)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pwd
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -149,19 +150,19 @@ def hook_lines(cluster: Cluster, node: str, job: int | str) -> list[str]:
 # -- mig ---------------------------------------------------------------------------
 
 
+def submit_vgpu2(cluster: Cluster, node: str, tag: str) -> tuple[int, Path, Path]:
+    """Once ``node`` holds no instance, a vgpu:2 job of sp-alice's there that prints its
+    device and profile, then works until its release file appears: (job, out, release)."""
+    wait_empty(cluster, node)
+    out = cluster.workdir / f"{tag}.out"
+    release = cluster.release_file(tag)
+    script = f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(until=release)}"
+    return submit_on(cluster, node, "--gres=vgpu:2", out, script, user="sp-alice"), out, release
+
+
 def test_vgpu2_gets_a_2g_instance_that_lives_as_long_as_the_job(cluster: Cluster) -> None:
     node = "sbx1"
-    wait_empty(cluster, node)
-    out = cluster.workdir / "vgpu2.out"
-    release = cluster.release_file("vgpu2")
-    job = submit_on(
-        cluster,
-        node,
-        "--gres=vgpu:2",
-        out,
-        f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(until=release)}",
-        user="sp-alice",
-    )
+    job, out, release = submit_vgpu2(cluster, node, "vgpu2")
     try:
         line = poll("the job to print its device", lambda: first_line(out), 60)
         uuid, profile = line.split()
@@ -187,6 +188,48 @@ def test_vgpu2_gets_a_2g_instance_that_lives_as_long_as_the_job(cluster: Cluster
     )
     info = node_info(cluster, node)
     assert [g.count for g in info.gres if g.name == "vgpu"] == [14]  # what accounting counts
+
+
+def fit_repairs(cluster: Cluster, node: str) -> float:
+    """How many times the node's monitord sent slurmctld counts it had lost."""
+    url = f"{cluster.sandbox.monitord_url(node)}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    [line] = [ln for ln in text.splitlines() if ln.startswith("slurmpool_fit_repairs_total ")]
+    return float(line.split()[1])
+
+
+def test_monitord_publishes_again_after_a_slurmd_or_slurmctld_restart(cluster: Cluster) -> None:
+    # Each puts gres.conf's counts, an empty node's, back in slurmctld (measured by
+    # tests/data/probe-count-gres.sh), and runs no hook: monitord's repair sends the
+    # node's own again.
+    node = "sbx1"
+    job, out, release = submit_vgpu2(cluster, node, "repair")
+    held = {"s1": 12, "s2": 6, "s3": 3, "s4": 2, "s7": 1}
+    try:
+        poll("the job to print its device", lambda: first_line(out), 60)
+        assert fit_counts(cluster, node) == held
+        for daemon in (f"slurmd-{node}", "slurmctld"):
+            before = fit_repairs(cluster, node)
+            cluster.sandbox.restart(daemon)
+
+            def sent_again(before: float = before) -> bool:
+                return fit_repairs(cluster, node) > before and fit_counts(cluster, node) == held
+
+            poll(
+                f"monitord to send {node}'s counts again after the {daemon} restart",
+                sent_again,
+                60,
+                seen=lambda: f"{fit_counts(cluster, node)}, repairs {fit_repairs(cluster, node)}",
+            )
+    finally:
+        release.touch()
+    assert cluster.wait(job) == "COMPLETED"
+    poll(
+        "the epilog to publish an empty node's counts",
+        lambda: fit_counts(cluster, node) == EMPTY_FIT,
+        30,
+        seen=lambda: str(fit_counts(cluster, node)),
+    )
 
 
 def _fill_with_1g(

@@ -58,11 +58,16 @@ NODE_READ = "sinfo -h -N -n "
 FAKE_SCONTROL = """#!/bin/sh
 # Records every call; `show job --json ID` prints the job's JSON if set, `show job`
 # the canned record; `update NodeName=N Gres=LIST` sets the node's Gres (node-gres) as
-# slurmctld would.
+# slurmctld would, with no vgpufit while its counts are all 0.
 printf '%s\\n' "$*" >> "{calls}"
 if [ "$1 $3" = "show --json" ]; then cat "{jobs}/$4.json"; exit $?; fi
 if [ "$1 ${{2%%=*}} ${{3%%=*}}" = "update NodeName Gres" ]; then
-  printf '%s' "${{3#Gres=}}" > "{bin}/node-gres"
+  list=$(printf '%s' "${{3#Gres=}}" | tr ',' '\\n')
+  # slurmctld lists no vgpufit while its counts are all 0 (tests/data/probe-fit-zero.sh)
+  if ! printf '%s\\n' "$list" | grep '^vgpufit:' | grep -qv ':0$'; then
+    list=$(printf '%s\\n' "$list" | grep -v '^vgpufit:')
+  fi
+  printf '%s' "$(printf '%s' "$list" | paste -sd,)" > "{bin}/node-gres"
   exit 0
 fi
 if [ "$1" = show ]; then cat "{record}"; fi

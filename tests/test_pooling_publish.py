@@ -297,3 +297,20 @@ def test_a_repair_after_a_reboot_counts_no_job_the_boot_ended(pool: Pool) -> Non
     with pool.store() as store:
         assert store.live() == []
     node.close()
+
+
+def test_a_node_whose_counts_were_all_zero_publishes_them_again(pool: Pool) -> None:
+    # Every slice blocked by an instance no job holds (being given back, or an orphan):
+    # the node publishes 0 of each size, and slurmctld then lists no vgpufit at all
+    # (tests/data/probe-fit-zero.sh; the fake scontrol does the same).
+    with pool.backend() as b:
+        gis = [b.create_instance(g, "7g.80gb", Placement(0, 8)).gi_id for g in (0, 1)]
+    node = _node(pool)
+    publish.publish_now(node, lambda: _slurm(pool))
+    assert pool.node_gres() == "gpu:a100:1,vgpu:14"
+    with pool.backend() as b:
+        for g, gi in zip((0, 1), gis, strict=True):
+            b.destroy_instance(g, gi)
+    publish.publish_now(node, lambda: _slurm(pool))  # the counts, and their types, again
+    assert pool.node_gres() == EMPTY_NODE_GRES
+    node.close()

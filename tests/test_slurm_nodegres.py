@@ -57,6 +57,25 @@ def test_the_read_is_the_one_node_rpc(version: str) -> None:
     assert read_node_argv("sbx1")[:5] == ["sinfo", "-h", "-N", "-n", "sbx1"]
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_gres_whose_counts_are_all_zero_is_hidden_and_comes_back(version: str) -> None:
+    text = (DATA / f"slurm-{version}" / "probe-fit-zero.txt").read_text()
+    said = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    assert said["zero"].startswith("accepted; Gres=gpu:a100:1,vgpu:14 CfgTRES=")
+    assert "vgpufit" not in said["zero"]
+    assert said["back"] == "accepted; Gres=gpu:a100:1,vgpu:14," + ",".join(
+        f"vgpufit:{t}:{n}" for t, n in EMPTY.items()
+    )
+    assert "vgpufit:s1:0" in said["some-zero"] and "vgpufit:s7:1" in said["some-zero"]
+    # So an update to a node that shows none of them names every type again...
+    hidden = NodeGres("sbx1", tuple(parse_gres("gpu:a100:1,vgpu:14,nic:2")), ())
+    assert counts_update(hidden, "vgpufit", {"s1": 7, "s7": 0}) == (
+        "gpu:a100:1,vgpu:14,nic:2,vgpufit:s1:7,vgpufit:s7:0"
+    )
+    # ...unless they are all 0: slurmctld has that already.
+    assert counts_update(hidden, "vgpufit", {"s1": 0, "s7": 0}) is None
+
+
 def test_nothing_to_send_when_the_counts_are_there() -> None:
     node = NodeGres("n1", tuple(parse_gres("vgpu:14,vgpufit:s1:14,vgpufit:s7:2")), ())
     assert counts_update(node, "vgpufit", {"s1": 14, "s7": 2}) is None

@@ -17,13 +17,11 @@ reads its own on every hook that publishes and every monitord repair.
 from __future__ import annotations
 
 from slurmpool.records import record
-from slurmpool.slurm.gres import format_gres, parse_gres, type_counts, with_counts
+from slurmpool.slurm.gres import Gres, format_gres, parse_gres, type_counts, with_counts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    from slurmpool.slurm.gres import Gres
 
 
 class NodeGresError(ValueError):
@@ -78,8 +76,15 @@ def update_argv(node: str, gres: str) -> list[str]:
 def counts_update(current: NodeGres, name: str, counts: Mapping[str, int]) -> str | None:
     """The ``Gres=`` list that sets each type of ``name`` in ``counts`` (only the types
     the node has), the node's other GRES restated as they are; None when the node has
-    those counts already (nothing to send)."""
+    those counts already (nothing to send).
+
+    slurmctld leaves a GRES whose counts are all 0 out of the node's list, and an
+    update that names its types with counts puts it back (``probe-fit-zero.sh``, all
+    three versions): a node that shows none of ``name`` gets every type in ``counts``
+    appended, unless all of them are 0 (what it has already)."""
     items = with_counts(current.gres, name, counts)
+    if not any(g.name == name for g in current.gres) and any(counts.values()):
+        items = [*items, *(Gres(name, t, n) for t, n in counts.items())]
     if list(items) == list(current.gres):
         return None
     return format_gres(items)

@@ -94,12 +94,6 @@ state() {  # NODE: its State, and its Reason (words and all) when it has one
   echo "$(node_field "$1" State)$(scontrol show node "$1" | sed -n 's/^ *Reason=/ Reason=/p')"
 }
 job_gres() { scontrol -d show job "$1" | tr ' ' '\n' | sed -n 's/^JOB_GRES=//p' | head -1; }
-resume_drained() {  # a node drained by a registration that came before the new config
-  local n
-  for n in sbx1 sbx2; do
-    case "$(node_field "$n" State)" in *DRAIN*) scontrol update NodeName="$n" State=RESUME ;; esac
-  done
-}
 nodes_up() { [ -z "$(sinfo -h -N -p pool -t drain,down,unknown,no_respond -o %N)" ]; }
 
 # -- the configuration, read at a restart of every Slurm daemon --

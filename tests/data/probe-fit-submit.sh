@@ -43,12 +43,6 @@ probe_sandbox /tmp/sp-probe-fit-submit
 set_fit() {  # NODE N: the node's whole GRES list as configured, with spfit:s4:N
   scontrol update NodeName="$1" Gres="$(sed -E "s/spfit:s4:[0-9]+/spfit:s4:$2/" <<<"$plain")"
 }
-resume_drained() {  # a node drained by a registration that came before the new config
-  local n
-  for n in sbx1 sbx2; do
-    case "$(node_field "$n" State)" in *DRAIN*) scontrol update NodeName="$n" State=RESUME ;; esac
-  done
-}
 nodes_up() { [ -z "$(sinfo -h -N -n sbx1,sbx2 -t drain,down,unknown,no_respond -o %N)" ]; }
 ghost() {  # STATE|none: the ghost node in that State (or none), read at a slurmctld restart
   sed -i '/^NodeName=spghost /d; /^PartitionName=pool /s/,spghost//' "$etc/slurmpool.conf"

@@ -36,6 +36,12 @@ until_true() {  # SECONDS COMMAND...: poll COMMAND every 0.2 s; 1 if it never he
     sleep 0.2
   done
 }
+resume_drained() {  # a node drained by a registration that came before the new config
+  local n
+  for n in sbx1 sbx2; do
+    case "$(node_field "$n" State)" in *DRAIN*) scontrol update NodeName="$n" State=RESUME ;; esac
+  done
+}
 job_is() { [ "$(job_field "$1" "$2")" = "$3" ]; }
 all_running() {
   local j

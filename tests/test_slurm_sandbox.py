@@ -134,6 +134,9 @@ def test_namespace_argv_keeps_arguments_as_data(tmp_path: Path) -> None:
 def test_free_port_block_is_free_and_consecutive() -> None:
     ports = free_port_block(5)
     assert ports == list(range(ports[0], ports[0] + 5))
+    # Below the kernel's ephemeral range, which outgoing connections take ports from.
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        assert ports[-1] < int(f.read().split()[0])
     for p in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", p))

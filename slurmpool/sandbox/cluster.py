@@ -192,13 +192,27 @@ def default_policy_path() -> Path:
 
 
 def free_port_block(count: int, low: int = 20000, high: int = 40000) -> list[int]:
-    """``count`` consecutive TCP ports free on 127.0.0.1 (checked by binding)."""
+    """``count`` consecutive TCP ports free on 127.0.0.1 (checked by binding), below the
+    kernel's ephemeral range: a port from it may be taken by any outgoing connection
+    between this check and the daemon's bind ("Address already in use")."""
+    ephemeral = _ephemeral_low()
+    if ephemeral - low > count:
+        high = min(high, ephemeral)
     for _ in range(200):
         base = low + secrets.randbelow(high - low - count)
         ports = list(range(base, base + count))
         if all(_port_free(p) for p in ports):
             return ports
     raise SandboxError(f"no block of {count} free ports between {low} and {high} on 127.0.0.1")
+
+
+def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port the kernel hands out to outgoing connections (32768 by default)."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _port_free(port: int) -> bool:

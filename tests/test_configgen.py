@@ -85,7 +85,51 @@ def test_slurm_fragment() -> None:
         "vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2 NodeAddr=127.0.0.1 "
         "Port=[17001-17002] State=UNKNOWN"
     ) in lines
-    assert "PartitionName=pool Nodes=sbx[1-2] Default=YES MaxTime=INFINITE State=UP" in lines
+    # The fit anchor: the class's shape when empty, without host or state, FUTURE.
+    assert (
+        "NodeName=vgpufit-sbx CPUs=16 RealMemory=4000 Gres=gpu:a100:1,vgpu:14,vgpufit:s1:14,"
+        "vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2 State=FUTURE"
+    ) in lines
+    assert (
+        "PartitionName=pool Nodes=sbx[1-2],vgpufit-sbx Default=YES MaxTime=INFINITE State=UP"
+    ) in lines
+
+
+def test_fit_anchors_follow_mig_pooled_groups() -> None:
+    """Each MIG-pooled group has one anchor, in every partition the group is in; it
+    keeps the options that shape a job's request; other groups have none."""
+    text = generate(
+        load_policy(ROOT / "examples" / "mig-inference.yaml"), installed=NODE_SLURM
+    ).files["slurmpool.conf"]
+    lines = text.splitlines()
+    anchors = [ln for ln in lines if ln.startswith("NodeName=vgpufit-")]
+    assert [a.split()[0] for a in anchors] == ["NodeName=vgpufit-h100", "NodeName=vgpufit-a100"]
+    assert (
+        "Sockets=2 CoresPerSocket=56 ThreadsPerCore=1 Feature=h100,mig State=FUTURE" in anchors[0]
+    )
+    assert any(
+        ln.startswith("PartitionName=inference-h100 Nodes=inf-h[001-048],vgpufit-h100 ")
+        for ln in lines
+    )
+    mixed = generate(
+        load_policy(ROOT / "examples" / "mixed-cluster.yaml"), installed=NODE_SLURM
+    ).files["slurmpool.conf"]
+    assert [ln.split()[0] for ln in mixed.splitlines() if "State=FUTURE" in ln] == [
+        "NodeName=vgpufit-serve"
+    ]
+    assert "PartitionName=train Nodes=trn[001-128] Default=NO" in mixed
+    shared = generate(load_policy(ROOT / "examples" / "shared-pool.yaml"), installed=NODE_SLURM)
+    assert "FUTURE" not in shared.files["slurmpool.conf"]
+
+
+def test_fit_anchor_name_taken_by_a_node() -> None:
+    policy = load_policy(SANDBOX, variables={"root": "/r"})
+    taken = dataclasses.replace(
+        policy,
+        node_groups=(dataclasses.replace(policy.node_groups[0], nodes="sbx[1-2],vgpufit-sbx"),),
+    )
+    with pytest.raises(ConfigError, match=r"has a node named vgpufit-sbx.*fit anchor of group sbx"):
+        generate(taken, installed=NODE_SLURM)
 
 
 def test_no_accounting_no_tres() -> None:

@@ -35,10 +35,11 @@ end
 for _, case in ipairs(CASES) do
   logs, infos = {}, {}
   local rc
+  local uid = case.uid or 1000
   if case.job_rec then
-    rc = slurm_job_modify(case.job, case.job_rec, {}, 1000)
+    rc = slurm_job_modify(case.job, case.job_rec, {}, uid)
   else
-    rc = slurm_job_submit(case.job, {}, 1000)
+    rc = slurm_job_submit(case.job, {}, uid)
   end
   io.write(case.id, "\t", rc, "\t", show(case.job.tres_per_node), "\t", show(case.job.extra),
            "\t", show(case.job.name), "\t", show(table.concat(logs, " | ")),
@@ -51,13 +52,22 @@ def lua_table(fields: dict[str, str]) -> str:
     return "{" + ", ".join(f"[{lua_string(k)}] = {lua_string(v)}" for k, v in fields.items()) + "}"
 
 
+# A case: id, the job's fields, slurmctld's record of it (a modify) or None (a submit),
+# and optionally the uid submitting or modifying it (1000 unless given).
+Case = (
+    tuple[str, dict[str, str], dict[str, str] | None]
+    | tuple[str, dict[str, str], dict[str, str] | None, int]
+)
+
+
 def run_cases(
-    script: Path, cases: list[tuple[str, dict[str, str], dict[str, str] | None]], tmp: Path
+    script: Path, cases: list[Case], tmp: Path
 ) -> dict[str, tuple[int, str, str, str, str, str]]:
     entries = []
-    for cid, job, rec in cases:
+    for cid, job, rec, *uid in cases:
         rec_src = f", job_rec = {lua_table(rec)}" if rec is not None else ""
-        entries.append(f"{{id = {lua_string(cid)}, job = {lua_table(job)}{rec_src}}}")
+        uid_src = f", uid = {uid[0]}" if uid else ""
+        entries.append(f"{{id = {lua_string(cid)}, job = {lua_table(job)}{rec_src}{uid_src}}}")
     driver = tmp / "driver.lua"
     driver.write_text(
         f"SCRIPT = {lua_string(str(script))}\nCASES = {{\n"
@@ -85,7 +95,8 @@ def mixed_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
     files = generate(load_policy(ROOT / "examples" / "mixed-cluster.yaml")).files
     script = tmp / "job_submit.lua"
     script.write_text(files["job_submit.lua"])
-    cases: list[tuple[str, dict[str, str], dict[str, str] | None]] = [
+    fitted = "gres:vgpu:7,gres:vgpufit:s7:1"
+    cases: list[Case] = [
         ("zero", {"tres_per_node": "gres:vgpu:0"}, None),
         ("negative", {"tres_per_node": "gres:vgpu:-1"}, None),
         ("ninety-nine", {"tres_per_node": "gres:vgpu:99"}, None),
@@ -136,6 +147,46 @@ def mixed_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
         ("forged-line-name", {"tres_per_node": "gres:vgpu:1", "name": FORGED_LINE}, None),
         ("forged-line-comment", {"comment": FORGED_LINE}, None),
         ("forged-line-rename", {"name": FORGED_LINE}, {"partition": "serve"}),
+        # vgpufit is slurmpool's: a user cannot ask for it, drop it or change it.
+        ("fit-forged", {"tres_per_node": "gres:vgpu:1,gres:vgpufit:s7:1"}, None),
+        ("fit-alone", {"tres_per_node": "gres/vgpufit:s7:1"}, None),
+        ("fit-per-task", {"tres_per_task": "gres/vgpufit:s1:1"}, None),
+        ("fit-new-form", {"tres_per_node": "gres/vgpu=4"}, None),
+        ("pinned", {"tres_per_node": "gres:vgpu:4", "req_nodes": "srv01"}, None),
+        ("fit-operator", {"tres_per_node": "gres:vgpu:4,gres:vgpufit:s7:1"}, None, 0),
+        (
+            "modify-gres",
+            {"tres_per_node": "gres:vgpu:4"},
+            {"partition": "serve", "tres_per_node": fitted},
+        ),
+        (
+            "modify-forges-fit",
+            {"tres_per_node": "gres:vgpu:4,gres:vgpufit:s7:1"},
+            {"partition": "serve", "tres_per_node": "gres:vgpu:4,gres:vgpufit:s4:1"},
+        ),
+        ("modify-time-only", {}, {"partition": "serve", "tres_per_node": fitted}),
+        ("move-keeps-fit", {"partition": "all"}, {"partition": "serve", "tres_per_node": fitted}),
+        (
+            "move-adds-fit",
+            {"partition": "all"},
+            {"partition": "serve", "tres_per_node": "gres:vgpu:7"},
+        ),
+        (
+            "move-keeps-user-extra",
+            {"partition": "all"},
+            {"partition": "serve", "tres_per_node": fitted, "extra": "mine"},
+        ),
+        (
+            "move-to-no-pool",
+            {"partition": "train"},
+            {"partition": "serve", "tres_per_node": fitted},
+        ),
+        (
+            "operator-modify",
+            {"tres_per_node": "gres:vgpu:7,gres:vgpufit:s1:1"},
+            {"partition": "serve", "tres_per_node": fitted},
+            0,
+        ),
     ]
     return run_cases(script, cases, tmp)
 
@@ -157,6 +208,11 @@ ERROR, SUCCESS = -1, 0
         ("multi-with-nopool", "partition train has no pooled GPUs"),
         ("modify-no-pool", "partition train has no pooled GPUs"),
         ("hostile-partition", "is not a slurmpool partition"),
+        ("fit-forged", "vgpufit is set by slurmpool from --gres=vgpu:N; ask for vgpu alone"),
+        ("fit-alone", "vgpufit is set by slurmpool"),
+        ("fit-per-task", "vgpufit is set by slurmpool"),
+        ("modify-forges-fit", "vgpufit is set by slurmpool"),
+        ("move-to-no-pool", "partition train has no pooled GPUs"),
     ],
 )
 def test_rejections(mixed_results: dict[str, tuple], cid: str, fragment: str) -> None:
@@ -168,29 +224,51 @@ def test_rejections(mixed_results: dict[str, tuple], cid: str, fragment: str) ->
 @pytest.mark.parametrize(
     ("cid", "tres", "extra"),
     [
-        ("round-5", "gres:vgpu:7", "slurmpool:vgpu=7"),
-        ("round-6-new-form", "gres/vgpu:7", "slurmpool:vgpu=7"),
-        ("exact-3", "gres:vgpu:3", "slurmpool:vgpu=3"),
-        ("two-gpus", "gres:vgpu:14", "slurmpool:vgpu=14"),
-        ("five-gpus", "gres/vgpu:35", "slurmpool:vgpu=35"),
-        ("implicit-1", "gres:vgpu", "slurmpool:vgpu=1"),
-        ("with-gpu", "gres:gpu:a100:1,gres:vgpu:7", "slurmpool:vgpu=7"),
-        ("user-extra", "gres:vgpu:2", "mine"),
-        ("forged-extra", "gres:vgpu:1", "slurmpool:vgpu=1"),
-        ("multi-partition", "gres:vgpu:4", "slurmpool:vgpu=4"),
-        ("modify-ok", "gres:vgpu:7", "slurmpool:vgpu=7"),
-        ("forged-leading-space", "gres:vgpu:1", "slurmpool:vgpu=1"),
-        ("forged-case-spacing", "gres:vgpu:2", "site=x"),
-        ("forged-tab-inside", "gres:vgpu:1", "a\\t,b"),
+        ("round-5", "gres:vgpu:7,gres:vgpufit:s7:1", "slurmpool:vgpu=7"),
+        ("round-6-new-form", "gres/vgpu:7,gres/vgpufit:s7:1", "slurmpool:vgpu=7"),
+        ("exact-3", "gres:vgpu:3,gres:vgpufit:s3:1", "slurmpool:vgpu=3"),
+        ("two-gpus", "gres:vgpu:14,gres:vgpufit:s7:2", "slurmpool:vgpu=14"),
+        ("five-gpus", "gres/vgpu:35,gres/vgpufit:s7:5", "slurmpool:vgpu=35"),
+        ("implicit-1", "gres:vgpu,gres:vgpufit:s1:1", "slurmpool:vgpu=1"),
+        ("with-gpu", "gres:gpu:a100:1,gres:vgpu:7,gres:vgpufit:s7:1", "slurmpool:vgpu=7"),
+        ("user-extra", "gres:vgpu:2,gres:vgpufit:s2:1", "mine"),
+        ("forged-extra", "gres:vgpu:1,gres:vgpufit:s1:1", "slurmpool:vgpu=1"),
+        ("multi-partition", "gres:vgpu:4,gres:vgpufit:s4:1", "slurmpool:vgpu=4"),
+        ("modify-ok", "gres:vgpu:7,gres:vgpufit:s7:1", "slurmpool:vgpu=7"),
+        ("forged-leading-space", "gres:vgpu:1,gres:vgpufit:s1:1", "slurmpool:vgpu=1"),
+        ("forged-case-spacing", "gres:vgpu:2,gres:vgpufit:s2:1", "site=x"),
+        ("forged-tab-inside", "gres:vgpu:1,gres:vgpufit:s1:1", "a\\t,b"),
         ("forged-cpu-only", "<nil>", ""),
         ("forged-twice-cpu-only", "<nil>", "keep"),
         ("modify-extra-only", "<nil>", "mine"),
         ("modify-extra-cpu-job", "<nil>", ""),
+        ("fit-new-form", "gres/vgpu=4,gres/vgpufit:s4:1", "slurmpool:vgpu=4"),
+        ("pinned", "gres:vgpu:4", "slurmpool:vgpu=4"),
+        ("modify-gres", "gres:vgpu:4,gres:vgpufit:s4:1", "slurmpool:vgpu=4"),
+        ("modify-time-only", "<nil>", "<nil>"),
+        ("move-keeps-fit", "<nil>", "slurmpool:vgpu=7"),
+        ("move-adds-fit", "gres:vgpu:7,gres:vgpufit:s7:1", "slurmpool:vgpu=7"),
+        ("move-keeps-user-extra", "<nil>", "<nil>"),
     ],
 )
 def test_accepted(mixed_results: dict[str, tuple], cid: str, tres: str, extra: str) -> None:
     rc, got_tres, got_extra, _name, _logs, _infos = mixed_results[cid]
     assert (rc, got_tres, got_extra) == (SUCCESS, tres, extra)
+
+
+@pytest.mark.parametrize(
+    ("cid", "tres"),
+    [
+        ("fit-operator", "gres:vgpu:4,gres:vgpufit:s7:1"),
+        ("operator-modify", "gres:vgpu:7,gres:vgpufit:s1:1"),
+    ],
+)
+def test_operator_sets_fit_and_is_logged(
+    mixed_results: dict[str, tuple], cid: str, tres: str
+) -> None:
+    rc, got_tres, _extra, _name, logs, infos = mixed_results[cid]
+    assert (rc, got_tres, logs) == (SUCCESS, tres, "")
+    assert f"operator uid 0 set vgpufit on a job: {tres}" in infos
 
 
 def test_rounding_is_told_to_the_user(mixed_results: dict[str, tuple]) -> None:
@@ -206,7 +284,7 @@ def test_other_jobs_untouched(mixed_results: dict[str, tuple], cid: str) -> None
 
 def test_hostile_strings_are_data(mixed_results: dict[str, tuple]) -> None:
     rc, tres, _extra, name, _logs, _infos = mixed_results["hostile"]
-    assert (rc, tres) == (SUCCESS, "gres:vgpu:7")
+    assert (rc, tres) == (SUCCESS, "gres:vgpu:7,gres:vgpufit:s7:1")
     escaped = HOSTILE.replace("\\", "\\\\").replace("\n", "\\n")
     assert name == escaped  # unchanged, and nothing it says ran
 
@@ -216,7 +294,7 @@ def test_old_slurm_never_touches_extra(tmp_path: Path) -> None:
     script = tmp_path / "job_submit.lua"
     script.write_text(generate(policy, installed=NODE_SLURM).files["job_submit.lua"])
     res = run_cases(script, [("a", {"tres_per_node": "gres:vgpu:6"}, None)], tmp_path)
-    assert res["a"][:3] == (SUCCESS, "gres:vgpu:7", "<nil>")
+    assert res["a"][:3] == (SUCCESS, "gres:vgpu:7,gres:vgpufit:s7:1", "<nil>")
 
 
 @pytest.mark.parametrize(
@@ -233,7 +311,7 @@ def test_lines_posing_as_slurm_keys_are_logged_and_change_nothing(
     rc, tres, _extra, _name, logs, infos = mixed_results[cid]
     assert rc == 0 and logs == ""
     assert f"forgery-attempt: uid 1000 {how} a job whose {field} holds a line" in infos
-    assert tres == ("gres:vgpu:1" if cid == "forged-line-name" else "<nil>")
+    assert tres == ("gres:vgpu:1,gres:vgpufit:s1:1" if cid == "forged-line-name" else "<nil>")
     clean = mixed_results["exact-3"][5]
     assert "forgery-attempt" not in clean
 
@@ -246,7 +324,7 @@ def shared_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]
     files = generate(load_policy(ROOT / "examples" / "shared-pool.yaml"), installed=slurm).files
     script = tmp / "job_submit.lua"
     script.write_text(files["job_submit.lua"])
-    cases: list[tuple[str, dict[str, str], dict[str, str] | None]] = [
+    cases: list[Case] = [
         ("one-share", {"tres_per_node": "gres:vgpu:1"}, None),
         ("new-form", {"tres_per_node": "gres/vgpu:3", "partition": "viz"}, None),
         ("whole-gpu-as-shares", {"tres_per_node": "gres:vgpu:4"}, None),

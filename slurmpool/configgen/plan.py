@@ -6,13 +6,14 @@ lines and one entry of the node config, whatever the number of nodes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slurmpool.catalogue import Catalogue, GpuModel
 from slurmpool.configgen.inventory import ConfigError, Inventory, InventoryGpu
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_SCHEMA
-from slurmpool.fit import FIT_GRES, carvable, fit_sizes, fit_type
+from slurmpool.fit import FIT_GRES, carvable, fit_request, fit_sizes, fit_type
 from slurmpool.gresorder import GresGpu, gpu_gres_types, mig_type_name, shared_type_name
 from slurmpool.modes import GpuMode
 from slurmpool.placement import GpuOccupancy, engine_for
@@ -59,6 +60,26 @@ class NodeClass:
     nodename: str  # the full NodeName= line
     gres: list[GresLine] = field(default_factory=list)
     node_config: dict[str, Any] = field(default_factory=dict)
+    anchor: str | None = None  # the NodeName= line of the class's fit anchor, if any
+
+
+# NodeName parameters that place a node on a host or set its state: an anchor has
+# neither.
+_HOST_KEYS = frozenset({"NodeAddr", "NodeHostname", "BcastAddr", "Port", "State", "Reason"})
+
+
+def anchor_name(group: NodeGroup) -> str:
+    """The node name of a MIG-pooled group's fit anchor: ``vgpufit-<group>``.
+
+    An anchor is a FUTURE node shaped like the group's nodes when empty.  Slurm refuses
+    at submit a job that no node of its partitions could ever run, judged by each node's
+    GRES counts now, whatever its state (``tests/data/probe-fit-submit.sh``); a vgpu
+    job asks for the fit count of its size, and when every node's GPUs are in pieces no
+    real node counts that size.  The anchor still does, so the job is accepted and
+    waits.  A FUTURE node never runs a job, and sinfo and ``scontrol show node`` do not
+    list it.
+    """
+    return f"{FIT_GRES}-" + re.sub(r"[^A-Za-z0-9-]", "-", group.name)
 
 
 def _static_instances(
@@ -175,7 +196,7 @@ def plan_class(
             gres_counts[f"gpu:{t}"] = gres_counts.get(f"gpu:{t}", 0) + 1
             gres_counts["shard"] = gres_counts.get("shard", 0) + spec.shares
         gpus_out.append(entry)
-    mig_pool = group.vgpu_unit == "compute-slice" and group.vgpu_count
+    mig_pool = group.publishes_fit
     fit: dict[int, int] = {}
     if mig_pool:
         pooled = ", ".join(str(g.index) for g in group.pooled_gpus)
@@ -203,16 +224,18 @@ def plan_class(
     if mig_pool:
         gres.append(f"vgpu:{group.vgpu_count}")
         gres += [f"{FIT_GRES}:{fit_type(size)}:{count}" for size, count in fit.items()]
-    params = [
-        f"NodeName={nodes}",
-        f"CPUs={group.cpus}",
-        f"RealMemory={group.real_memory_mib}",
-    ]
+    shape = [f"CPUs={group.cpus}", f"RealMemory={group.real_memory_mib}"]
     if gres:
-        params.append(f"Gres={','.join(gres)}")
+        shape.append(f"Gres={','.join(gres)}")
     options = dict(group.slurm_node_options)
+    anchor = None
+    if mig_pool:
+        # Features, sockets and the like shape what a job may ask, so the anchor has
+        # them too; where the node lives and its state are the real nodes' alone.
+        kept = [f"{k}={v}" for k, v in options.items() if k not in _HOST_KEYS]
+        anchor = " ".join([f"NodeName={anchor_name(group)}", *shape, *kept, "State=FUTURE"])
     options.setdefault("State", "UNKNOWN")
-    params += [f"{k}={v}" for k, v in options.items()]
+    params = [f"NodeName={nodes}", *shape, *(f"{k}={v}" for k, v in options.items())]
     node_config = {
         "name": group.name,
         "hostlist": nodes,
@@ -221,7 +244,13 @@ def plan_class(
         "vgpu_count": group.vgpu_count,
         "gpus": gpus_out,
     }
-    return NodeClass(group=group, nodename=" ".join(params), gres=lines, node_config=node_config)
+    return NodeClass(
+        group=group,
+        nodename=" ".join(params),
+        gres=lines,
+        node_config=node_config,
+        anchor=anchor,
+    )
 
 
 def empty_fit_counts(group: NodeGroup, cat: Catalogue) -> dict[int, int]:
@@ -233,9 +262,30 @@ def empty_fit_counts(group: NodeGroup, cat: Catalogue) -> dict[int, int]:
     ]
     if not gpus:
         return {}
-    table = profile_table(gpus[0].model)
-    slices = {int(n): gpus[0].model.gi_profile(p).slices for n, p in table.items()}
+    slices = _slices_by_count(gpus[0].model)
     return carvable(gpus, fit_sizes(group.units_per_gpu, slices.get))
+
+
+def _slices_by_count(model: GpuModel) -> dict[int, int]:
+    """vgpu count -> the compute slices of the instance a request of it gets on one GPU
+    (the node config's profile table)."""
+    return {int(n): model.gi_profile(p).slices for n, p in profile_table(model).items()}
+
+
+def lua_fit(group: NodeGroup, cat: Catalogue, sizes: tuple[int, ...]) -> dict[int, str]:
+    """For job_submit.lua: normalised vgpu count -> the fit type it asks one instance
+    of, for each size up to one GPU, and for a whole GPU's units the type a multi-GPU
+    request asks several of (:func:`~slurmpool.fit.fit_request`).  Empty where the group
+    publishes no fit counts."""
+    if not group.publishes_fit or group.pool_model is None:
+        return {}
+    slices = _slices_by_count(cat.get(group.pool_model))
+    out = {}
+    for n in sizes:
+        asked = fit_request(n, group.units_per_gpu, slices.get)
+        if asked is not None:
+            out[n] = fit_type(asked[0])
+    return out
 
 
 def profile_table(model: GpuModel) -> dict[str, str]:
@@ -260,6 +310,9 @@ class LuaPool:
     unit: str
     labels: dict[int, str]  # size -> what the user gets ("7g", "2 of 4 shares")
     gres: str  # what Slurm schedules a vgpu request as: "vgpu" (mig) or "shard" (shared)
+    # Normalised count up to one GPU -> the fit type the job asks for (MIG pools); a
+    # multi-GPU request asks count / units of the type of ``units``.
+    fit: dict[int, str] = field(default_factory=dict)
 
 
 def pool_gres(group: NodeGroup) -> str:
@@ -274,7 +327,7 @@ def gres_types(policy: Policy) -> list[str]:
     out = ["gpu", "vgpu"]
     if any(g.vgpu_unit == "share" for g in policy.node_groups):
         out.append("shard")
-    if any(g.vgpu_unit == "compute-slice" and g.vgpu_count for g in policy.node_groups):
+    if any(g.publishes_fit for g in policy.node_groups):
         out.append(FIT_GRES)
     return out
 
@@ -307,6 +360,7 @@ def lua_pools(policy: Policy, cat: Catalogue) -> list[LuaPool]:
                 unit=g0.vgpu_unit or "",
                 labels=labels,
                 gres=pool_gres(g0),
+                fit=lua_fit(g0, cat, sizes),
             )
         )
     return pools

@@ -15,6 +15,7 @@ from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
 from slurmpool.configgen.plan import (
     HOOK_NAMES,
     accounted_gres,
+    anchor_name,
     gres_types,
     lua_pools,
     node_config,
@@ -71,6 +72,20 @@ def target_slurm(policy: Policy, installed: InstalledSlurm | None) -> InstalledS
     return installed
 
 
+def _anchors(policy: Policy) -> dict[str, str]:
+    """Group name -> its fit anchor's node name (:func:`~slurmpool.configgen.plan.anchor_name`),
+    for the MIG-pooled groups; an anchor may not share a real node's name."""
+    out = {g.name: anchor_name(g) for g in policy.node_groups if g.publishes_fit}
+    for group, anchor in out.items():
+        clash = next((g for g in policy.node_groups if g.hostlist.contains(anchor)), None)
+        if clash is not None:
+            raise ConfigError(
+                f"{policy.source}: node group {clash.name} has a node named {anchor}, the name "
+                f"slurmpool gives the fit anchor of group {group}; rename the node or the group"
+            )
+    return out
+
+
 def generate(
     policy: Policy,
     inventories: Sequence[Inventory] | None = None,
@@ -86,9 +101,11 @@ def generate(
     cat = catalogue or default_catalogue()
     by_group = match_inventories(policy, inventories or [])
     classes = [plan_class(g, by_group.get(g.name), policy, cat) for g in policy.node_groups]
+    anchors = _anchors(policy)
     partitions = []
     for p in policy.partitions:
-        params = [f"PartitionName={p.name}", f"Nodes={p.nodes}"]
+        nodes = ",".join([p.nodes, *(anchors[g] for g in p.node_groups if g in anchors)])
+        params = [f"PartitionName={p.name}", f"Nodes={nodes}"]
         params.append(f"Default={'YES' if p.default else 'NO'}")
         params += [f"{k}={v}" for k, v in p.options]
         partitions.append(" ".join(params))

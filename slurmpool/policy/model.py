@@ -56,6 +56,12 @@ class NodeGroup:
         return tuple(g for g in self.gpus if g.pooled)
 
     @property
+    def publishes_fit(self) -> bool:
+        """The group pools MIG GPUs in compute slices: its nodes have fit counts
+        (:mod:`slurmpool.fit`) and a fit anchor."""
+        return self.vgpu_unit == "compute-slice" and bool(self.pooled_gpus)
+
+    @property
     def vgpu_count(self) -> int:
         """The node's ``vgpu`` GRES count."""
         return self.units_per_gpu * len(self.pooled_gpus)

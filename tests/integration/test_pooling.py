@@ -369,6 +369,71 @@ def test_fragmented_node_requeues_a_4g_then_runs_it_once_there_is_room(
     wait_empty(cluster, node)
 
 
+def test_a_vgpu7_job_no_node_can_carve_is_accepted_and_runs_once_one_can(
+    cluster: Cluster,
+) -> None:
+    """A 4g on each GPU of both nodes leaves no 7g anywhere: each node counts no s7.  A
+    vgpu:7 job (which asks vgpufit:s7:1) is still accepted, the fit anchor counting one,
+    and waits without being started; once a 4g ends it runs, never requeued."""
+    for node in ("sbx1", "sbx2"):
+        wait_empty(cluster, node)
+    fours: dict[int, str] = {}
+    seven: int | None = None
+    try:
+        for node in ("sbx1", "sbx1", "sbx2", "sbx2"):
+            job = cluster.submit(
+                "--gres=vgpu:4",
+                "-w",
+                node,
+                "-o",
+                "/dev/null",
+                "--wrap",
+                workload(3600),
+                user="sp-bob",
+            )
+            fours[job] = node
+        poll(
+            "four 4g instances",
+            lambda: sum(len(instances(cluster, n)) for n in ("sbx1", "sbx2")) == 4,
+            60,
+        )
+        for node in ("sbx1", "sbx2"):
+            poll(
+                f"{node} to count no 7g",
+                lambda n=node: fit_counts(cluster, n).get("s7", 0) == 0,
+                30,
+                seen=lambda n=node: str(fit_counts(cluster, n)),
+            )
+        out = cluster.workdir / "seven.out"
+        seven = cluster.submit(
+            "--gres=vgpu:7",
+            "-o",
+            str(out),
+            "--wrap",
+            f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(1)}",
+            user="sp-alice",
+        )
+
+        def looked_at() -> Any:
+            j = job_info(cluster, seven)
+            return j if j.state != "PENDING" or (j.reason or "") not in ("", "None") else None
+
+        pending = poll("the scheduler to look at the vgpu:7 job", looked_at, 60)
+        assert (pending.state, pending.restarts) == ("PENDING", 0), pending
+        # A 4g on sbx1 ends: its GPU is whole again, and sbx1's epilog says so.
+        done = next(j for j, n in fours.items() if n == "sbx1")
+        cancel(cluster, [done])
+        assert cluster.wait(seven, REQUEUE_WAIT_S) == "COMPLETED"
+        info = job_info(cluster, seven)
+        assert info.restarts == 0
+        assert first_line(out).split()[1].startswith("7g.")
+        assert not any("action=requeue " in ln for ln in hook_lines(cluster, "sbx1", seven))
+    finally:
+        cancel(cluster, [*fours, *([seven] if seven else [])])
+    for node in ("sbx1", "sbx2"):
+        wait_empty(cluster, node)
+
+
 def test_another_user_cannot_use_a_neighbours_mig_instance(cluster: Cluster) -> None:
     node = "sbx1"
     wait_empty(cluster, node)

@@ -12,7 +12,17 @@ partition's pool can carve:
     pools only: a job's shares of a shared GPU come from one GPU);
   * on shared GPUs the request becomes `shard:N`: Slurm picks the GPU and
     cgroup ConstrainDevices fences the job to it.  Shards asked for
-    directly are refused.
+    directly are refused;
+  * on MIG GPUs the job also asks for the instances N rounds to as
+    `vgpufit:sK:M` (K compute slices, M instances: vgpu:4 -> vgpufit:s4:1,
+    vgpu:14 -> vgpufit:s7:2).  Each node counts what it can carve now, so
+    Slurm only starts the job where its instance fits.  vgpufit is
+    slurmpool's: a user who asks for it is refused; root may set it (the
+    change is logged), until the job's GRES or partition change again.
+    A job pinned to nodes (-w) goes without: Slurm would refuse it at
+    submit while those nodes cannot carve its size.
+A modify that changes the GRES or the partition is checked the same way
+(a new partition alone: against the GRES the job has).
 From Slurm 23.02, every job's Extra is scrubbed of anything spelled
 "slurmpool:" (any case, any spacing), on submit and on every modify, and a
 vgpu job whose Extra is empty gets "slurmpool:vgpu=N" (N normalised).  The
@@ -31,6 +41,7 @@ local POOLS = {
     sizes = { 1, 2, 3, 4, 7 },
     labels = { [1] = "1g MIG instance", [2] = "2g MIG instance", [3] = "3g MIG instance", [4] = "4g MIG instance", [7] = "7g MIG instance" },
     gres = "vgpu",
+    fit = { [1] = "s1", [2] = "s2", [3] = "s3", [4] = "s4", [7] = "s7" },
   },
 }
 local PARTITIONS = { ["pool"] = true }
@@ -38,6 +49,10 @@ local DEFAULT_PARTITION = "pool"
 -- Extra exists from Slurm 23.02; on older Slurm the field is never touched.
 local HAS_EXTRA = false
 local EXTRA_PREFIX = "slurmpool:vgpu="
+-- The count GRES a MIG-pooled node publishes what it can carve as (slurmpool.fit).
+local FIT_GRES = "vgpufit"
+-- Who may set vgpufit on a job.
+local OPERATOR_UID = 0
 
 -- Extra without any "slurmpool:" token (whatever its case and spacing, up to the
 -- next separator), trimmed; plain string functions only, the text is never code.
@@ -121,18 +136,22 @@ local function gres_entry(entry, name)
   return prefix, count
 end
 
+-- The first entry naming `name`: its index, prefix and count.
+local function find_entry(entries, name)
+  for i, entry in ipairs(entries) do
+    local prefix, count = gres_entry(entry, name)
+    if prefix ~= nil then
+      return i, prefix, count
+    end
+  end
+  return nil
+end
+
 local function find_gres(tres, name)
   if tres == nil or tres == "" then
     return nil
   end
-  local entries = split_commas(tres)
-  for i, entry in ipairs(entries) do
-    local prefix, count = gres_entry(entry, name)
-    if prefix ~= nil then
-      return entries, i, prefix, count
-    end
-  end
-  return nil
+  return find_entry(split_commas(tres), name)
 end
 
 local function pool_partitions()
@@ -190,9 +209,33 @@ local function default_partition(part_list)
   return nil
 end
 
--- Check (and rewrite) a vgpu request; returns slurm.SUCCESS or slurm.ERROR.
-local function check_job(job_desc, partition_field, part_list)
-  for _, field in ipairs({ "tres_per_job", "tres_per_task", "tres_per_socket", "tres_per_node" }) do
+-- The fit a normalised count asks on one partition: type and number of instances.
+local function fit_of(pool, m)
+  if m <= pool.units then
+    return pool.fit[m], 1
+  end
+  -- "%d": a whole number as such, also where Lua 5.3+ makes m / units a float (2.0).
+  return pool.fit[pool.units], string.format("%d", m / pool.units)
+end
+
+-- The job's tres_per_node entries, without vgpufit unless `keep_fit`.
+local function entries_of(tres, keep_fit)
+  local out = {}
+  for _, entry in ipairs(split_commas(tres)) do
+    if keep_fit or gres_entry(entry, FIT_GRES) == nil then
+      out[#out + 1] = entry
+    end
+  end
+  return out
+end
+
+local TRES_FIELDS = { "tres_per_job", "tres_per_task", "tres_per_socket", "tres_per_node" }
+
+-- Check (and rewrite) a vgpu request; returns slurm.SUCCESS or slurm.ERROR.  `job_rec`:
+-- slurmctld's record of a job being modified (nil on submit).
+local function check_job(job_desc, partition_field, part_list, uid, job_rec)
+  local operator_fit = false
+  for _, field in ipairs(TRES_FIELDS) do
     -- Shards are what a vgpu request on shared GPUs becomes; asked for directly they
     -- would skip the checks below.
     if find_gres(job_desc[field], "shard") ~= nil then
@@ -201,9 +244,24 @@ local function check_job(job_desc, partition_field, part_list)
     if field ~= "tres_per_node" and find_gres(job_desc[field], "vgpu") ~= nil then
       return user_error("vgpu is counted per node: use --gres=vgpu:N (not --tres-per-task or --gpus-style options)")
     end
+    if find_gres(job_desc[field], FIT_GRES) ~= nil then
+      if uid ~= OPERATOR_UID then
+        return user_error(FIT_GRES .. " is set by slurmpool from --gres=vgpu:N; ask for vgpu alone")
+      end
+      operator_fit = true
+    end
   end
-  local entries, i, prefix, count = find_gres(job_desc.tres_per_node, "vgpu")
-  if entries == nil then
+  local tres = job_desc.tres_per_node
+  if tres == nil and job_rec ~= nil and job_desc.partition ~= nil and job_desc.partition ~= "" then
+    -- A job moved to another partition asks anew for what it has.
+    tres = job_rec.tres_per_node
+  end
+  if tres == nil or tres == "" then
+    return slurm.SUCCESS
+  end
+  local entries = entries_of(tres, operator_fit)
+  local i, prefix, count = find_entry(entries, "vgpu")
+  if i == nil then
     return slurm.SUCCESS
   end
   if not string.match(count, "^%d+$") then
@@ -223,13 +281,16 @@ local function check_job(job_desc, partition_field, part_list)
   local result = nil
   local label = nil
   local gres = nil
+  local fit = nil
   for _, partition in ipairs(split_commas(partitions)) do
     local m, err = normalise(n, partition)
     if m == nil then
       return user_error(err)
     end
     local pool = POOLS[partition]
-    if (result ~= nil and result ~= m) or (gres ~= nil and gres ~= pool.gres) then
+    local fit_type, fit_count = fit_of(pool, m)
+    local this_fit = fit_type and (fit_type .. ":" .. fit_count) or ""
+    if (result ~= nil and result ~= m) or (gres ~= nil and gres ~= pool.gres) or (fit ~= nil and fit ~= this_fit) then
       return user_error("vgpu:" .. n .. " means different things in partitions " .. partitions .. "; submit to one of them")
     end
     if pool.gres == "shard" and m > pool.units then
@@ -239,6 +300,7 @@ local function check_job(job_desc, partition_field, part_list)
     end
     result = m
     gres = pool.gres
+    fit = this_fit
     if m <= pool.units then
       label = pool.labels[m]
     end
@@ -250,9 +312,25 @@ local function check_job(job_desc, partition_field, part_list)
     -- Shared GPUs are scheduled as Slurm shards of one File-backed GPU, which
     -- cgroup ConstrainDevices fences; MIG slices stay a vgpu count.
     entries[i] = prefix .. gres .. ":" .. result
-    job_desc.tres_per_node = table.concat(entries, ",")
   end
-  if HAS_EXTRA and (job_desc.extra == nil or job_desc.extra == "") then
+  -- A job pinned to nodes (-w) is judged at submit by those nodes' counts alone, and
+  -- refused while they cannot carve its size: it goes without, as before counts.
+  local pinned = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= ""
+  if operator_fit then
+    slurm.log_info("slurmpool job_submit: operator uid %s set %s on a job: %s", tostring(uid), FIT_GRES, tres)
+  elseif fit ~= "" and not pinned then
+    entries[#entries + 1] = prefix .. FIT_GRES .. ":" .. fit
+  end
+  local new_tres = table.concat(entries, ",")
+  if new_tres ~= tres then
+    job_desc.tres_per_node = new_tres
+  end
+  local extra = job_desc.extra
+  if extra == nil and job_rec ~= nil then
+    -- A modify that leaves Extra alone: the job keeps the Extra it has.
+    extra = scrub_extra(job_rec.extra or "")
+  end
+  if HAS_EXTRA and (extra == nil or extra == "") then
     -- A record of the normalised count (the user's own Extra stays as it is): the
     -- prolog only compares it with the allocation.
     job_desc.extra = EXTRA_PREFIX .. result
@@ -263,7 +341,7 @@ end
 function slurm_job_submit(job_desc, part_list, submit_uid)
   log_forged_lines(job_desc, submit_uid, "submitted")
   scrub_job_extra(job_desc)
-  return check_job(job_desc, job_desc.partition, part_list)
+  return check_job(job_desc, job_desc.partition, part_list, submit_uid, nil)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
@@ -273,7 +351,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if (partition == nil or partition == "") and job_rec ~= nil then
     partition = job_rec.partition
   end
-  return check_job(job_desc, partition, part_list)
+  return check_job(job_desc, partition, part_list, modify_uid, job_rec)
 end
 
 return slurm.SUCCESS

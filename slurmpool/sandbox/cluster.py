@@ -367,9 +367,13 @@ def base_slurm_conf(
         "SlurmdParameters=config_overrides",
         "MpiDefault=none",
         "ReturnToService=2",
+        # Slurm's default scheduler, named: what the tests see is backfill's doing.
         # sched_interval=5: the main scheduling loop (default every 60 s) picks up a
-        # requeued job, and sets a waiting job's Reason, within seconds.
-        "SchedulerParameters=sched_min_interval=100000,sched_interval=5",
+        # requeued job, and sets a waiting job's Reason, within seconds;
+        # bf_interval=1: a backfill pass every second (default 30 s), so that tests
+        # wait on state, not on the scheduler's clock.
+        "SchedulerType=sched/backfill",
+        "SchedulerParameters=sched_min_interval=100000,sched_interval=5,bf_interval=1",
         "MinJobAge=300",
         "KillWait=5",
         "InactiveLimit=0",

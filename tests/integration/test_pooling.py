@@ -434,6 +434,103 @@ def test_a_vgpu7_job_no_node_can_carve_is_accepted_and_runs_once_one_can(
         wait_empty(cluster, node)
 
 
+def sacct_runs(cluster: Cluster, job: int) -> list[str]:
+    """The state of each run of ``job`` that accounting holds (``sacct -D``: a requeued
+    run is a row of its own), once its last run is COMPLETED there."""
+
+    def rows() -> list[str] | None:
+        res = cluster.slurm.run(
+            "sacct", "-n", "-X", "-D", "-P", "-j", str(job), "-o", "State", check=False, timeout=15
+        )
+        states = [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
+        return states if states and states[-1] == "COMPLETED" else None
+
+    return poll(f"accounting to hold job {job} completed", rows, 60)
+
+
+def test_a_node_whose_units_are_in_pieces_gets_no_4g_job(cluster: Cluster) -> None:
+    """1g instances at slots 0 and 4 of both of sbx2's GPUs leave it 10 free units but
+    no place for a 4g.  A vgpu:4 job starts on sbx1 while sbx1 can carve one, waits while
+    neither node can, and starts on sbx2 once a slot 0 there is free: never requeued (the
+    store and ``sacct -D`` agree)."""
+    node = "sbx2"
+    for n in ("sbx1", node):
+        wait_empty(cluster, n)
+    before = status(cluster, node)["requeue_count"]
+    jobs, outs = _fill_with_1g(cluster, node, 14, "pieces")
+    fours: list[int] = []
+    releases: list[Path] = []
+    try:
+        poll(
+            "14 jobs to print a device",
+            lambda: all(first_line(p).startswith("MIG-") for p in outs.values()),
+            60,
+        )
+        held = by_uuid(cluster, node)
+        keep = [j for j in jobs if held[first_line(outs[j])]["start"] in (0, 4)]
+        assert len(keep) == 4  # slots 0 and 4 on both GPUs
+        cancel(cluster, [j for j in jobs if j not in keep])
+        poll("only slots 0 and 4 to stay carved", lambda: len(instances(cluster, node)) == 4, 60)
+        poll(
+            f"{node} to count no 4g",
+            lambda: fit_counts(cluster, node).get("s4", 0) == 0,
+            30,
+            seen=lambda: str(fit_counts(cluster, node)),
+        )
+        # sbx1 can carve two 4g (one per GPU): two vgpu:4 jobs start there.
+        for i in range(3):
+            release = cluster.release_file(f"pieces-4g-{i}")
+            releases.append(release)
+            fours.append(
+                cluster.submit(
+                    "--gres=vgpu:4",
+                    "-o",
+                    str(cluster.workdir / f"pieces-4g-{i}.out"),
+                    "--wrap",
+                    f"echo $CUDA_VISIBLE_DEVICES $SLURMPOOL_PROFILE; {workload(until=release)}",
+                    user="sp-alice" if i % 2 == 0 else "sp-bob",
+                )
+            )
+            if i < 2:
+                info = poll(
+                    f"4g job {i} to run",
+                    lambda j=fours[-1]: (x := job_info(cluster, j)).state == "RUNNING" and x,
+                    60,
+                )
+                assert info.node_list == "sbx1", info
+        third = fours[2]
+
+        def looked_at() -> Any:
+            j = job_info(cluster, third)
+            return j if j.state != "PENDING" or (j.reason or "") not in ("", "None") else None
+
+        # Neither node can carve a 4g: the third waits, never started.
+        pending = poll("the scheduler to look at the third 4g job", looked_at, 60)
+        assert (pending.state, pending.restarts) == ("PENDING", 0), pending
+        # Room appears on sbx2: slot 0 of one GPU.  Its epilog publishes a 4g.
+        cancel(cluster, [j for j in keep if held[first_line(outs[j])]["start"] == 0][:1])
+        info = poll(
+            "the third 4g job to run",
+            lambda: (x := job_info(cluster, third)).state == "RUNNING" and x,
+            60,
+        )
+        assert (info.node_list, info.restarts) == (node, 0), info
+        for release in releases:
+            release.touch()
+        for j in fours:
+            assert cluster.wait(j, 60) == "COMPLETED"
+        assert sacct_runs(cluster, third) == ["COMPLETED"]
+        assert status(cluster, node)["requeue_count"] == before
+        assert not any("action=requeue " in ln for ln in hook_lines(cluster, node, third))
+        assert "DRAIN" not in node_info(cluster, node).flags
+    finally:
+        for release in releases:
+            release.touch()
+        cancel(cluster, [*jobs, *fours])
+    for n in ("sbx1", node):
+        wait_empty(cluster, n)
+
+
 def test_another_user_cannot_use_a_neighbours_mig_instance(cluster: Cluster) -> None:
     node = "sbx1"
     wait_empty(cluster, node)

@@ -43,7 +43,8 @@ NODE = "node1"
 # generate-config's Gres for the default pool (two MIG A100s, one passthrough): the
 # fit counts of an empty node.
 EMPTY_NODE_GRES = (
-    "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
+    "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2,"
+    "vgpufit:next:1,vgpufit:pad:14"
 )
 HOOKS = {
     "prolog_timeout_s": 30,

@@ -82,13 +82,14 @@ def test_slurm_fragment() -> None:
         assert f"{key}=/r/hooks/{name}" in lines
     assert (
         "NodeName=sbx[1-2] CPUs=16 RealMemory=4000 Gres=gpu:a100:1,vgpu:14,vgpufit:s1:14,"
-        "vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2 NodeAddr=127.0.0.1 "
-        "Port=[17001-17002] State=UNKNOWN"
+        "vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2,vgpufit:next:1,vgpufit:pad:14 "
+        "NodeAddr=127.0.0.1 Port=[17001-17002] State=UNKNOWN"
     ) in lines
     # The fit anchor: the class's shape when empty, without host or state, FUTURE.
     assert (
         "NodeName=vgpufit-sbx CPUs=16 RealMemory=4000 Gres=gpu:a100:1,vgpu:14,vgpufit:s1:14,"
-        "vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2 State=FUTURE"
+        "vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2,vgpufit:next:1,vgpufit:pad:14 "
+        "State=FUTURE"
     ) in lines
     assert (
         "PartitionName=pool Nodes=sbx[1-2],vgpufit-sbx Default=YES MaxTime=INFINITE State=UP"

@@ -95,7 +95,7 @@ def mixed_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
     files = generate(load_policy(ROOT / "examples" / "mixed-cluster.yaml")).files
     script = tmp / "job_submit.lua"
     script.write_text(files["job_submit.lua"])
-    fitted = "gres:vgpu:7,gres:vgpufit:s7:1"
+    fitted = "gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1"
     cases: list[Case] = [
         ("zero", {"tres_per_node": "gres:vgpu:0"}, None),
         ("negative", {"tres_per_node": "gres:vgpu:-1"}, None),
@@ -148,12 +148,21 @@ def mixed_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
         ("forged-line-comment", {"comment": FORGED_LINE}, None),
         ("forged-line-rename", {"name": FORGED_LINE}, {"partition": "serve"}),
         # vgpufit is slurmpool's: a user cannot ask for it, drop it or change it.
-        ("fit-forged", {"tres_per_node": "gres:vgpu:1,gres:vgpufit:s7:1"}, None),
-        ("fit-alone", {"tres_per_node": "gres/vgpufit:s7:1"}, None),
-        ("fit-per-task", {"tres_per_task": "gres/vgpufit:s1:1"}, None),
+        (
+            "fit-forged",
+            {"tres_per_node": "gres:vgpu:1,gres:vgpufit:s7:1,gres:vgpufit:next:1"},
+            None,
+        ),
+        ("fit-alone", {"tres_per_node": "gres/vgpufit:s7:1,gres/vgpufit:next:1"}, None),
+        ("fit-per-task", {"tres_per_task": "gres/vgpufit:s1:1,gres/vgpufit:next:1"}, None),
         ("fit-new-form", {"tres_per_node": "gres/vgpu=4"}, None),
         ("pinned", {"tres_per_node": "gres:vgpu:4", "req_nodes": "srv01"}, None),
-        ("fit-operator", {"tres_per_node": "gres:vgpu:4,gres:vgpufit:s7:1"}, None, 0),
+        (
+            "fit-operator",
+            {"tres_per_node": "gres:vgpu:4,gres:vgpufit:s7:1,gres:vgpufit:next:1"},
+            None,
+            0,
+        ),
         (
             "modify-gres",
             {"tres_per_node": "gres:vgpu:4"},
@@ -161,8 +170,11 @@ def mixed_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
         ),
         (
             "modify-forges-fit",
-            {"tres_per_node": "gres:vgpu:4,gres:vgpufit:s7:1"},
-            {"partition": "serve", "tres_per_node": "gres:vgpu:4,gres:vgpufit:s4:1"},
+            {"tres_per_node": "gres:vgpu:4,gres:vgpufit:s7:1,gres:vgpufit:next:1"},
+            {
+                "partition": "serve",
+                "tres_per_node": "gres:vgpu:4,gres:vgpufit:s4:1,gres:vgpufit:next:1",
+            },
         ),
         ("modify-time-only", {}, {"partition": "serve", "tres_per_node": fitted}),
         ("move-keeps-fit", {"partition": "all"}, {"partition": "serve", "tres_per_node": fitted}),
@@ -183,7 +195,7 @@ def mixed_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
         ),
         (
             "operator-modify",
-            {"tres_per_node": "gres:vgpu:7,gres:vgpufit:s1:1"},
+            {"tres_per_node": "gres:vgpu:7,gres:vgpufit:s1:1,gres:vgpufit:next:1"},
             {"partition": "serve", "tres_per_node": fitted},
             0,
         ),
@@ -224,30 +236,46 @@ def test_rejections(mixed_results: dict[str, tuple], cid: str, fragment: str) ->
 @pytest.mark.parametrize(
     ("cid", "tres", "extra"),
     [
-        ("round-5", "gres:vgpu:7,gres:vgpufit:s7:1", "slurmpool:vgpu=7"),
-        ("round-6-new-form", "gres/vgpu:7,gres/vgpufit:s7:1", "slurmpool:vgpu=7"),
-        ("exact-3", "gres:vgpu:3,gres:vgpufit:s3:1", "slurmpool:vgpu=3"),
-        ("two-gpus", "gres:vgpu:14,gres:vgpufit:s7:2", "slurmpool:vgpu=14"),
-        ("five-gpus", "gres/vgpu:35,gres/vgpufit:s7:5", "slurmpool:vgpu=35"),
-        ("implicit-1", "gres:vgpu,gres:vgpufit:s1:1", "slurmpool:vgpu=1"),
-        ("with-gpu", "gres:gpu:a100:1,gres:vgpu:7,gres:vgpufit:s7:1", "slurmpool:vgpu=7"),
-        ("user-extra", "gres:vgpu:2,gres:vgpufit:s2:1", "mine"),
-        ("forged-extra", "gres:vgpu:1,gres:vgpufit:s1:1", "slurmpool:vgpu=1"),
-        ("multi-partition", "gres:vgpu:4,gres:vgpufit:s4:1", "slurmpool:vgpu=4"),
-        ("modify-ok", "gres:vgpu:7,gres:vgpufit:s7:1", "slurmpool:vgpu=7"),
-        ("forged-leading-space", "gres:vgpu:1,gres:vgpufit:s1:1", "slurmpool:vgpu=1"),
-        ("forged-case-spacing", "gres:vgpu:2,gres:vgpufit:s2:1", "site=x"),
-        ("forged-tab-inside", "gres:vgpu:1,gres:vgpufit:s1:1", "a\\t,b"),
+        ("round-5", "gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1", "slurmpool:vgpu=7"),
+        (
+            "round-6-new-form",
+            "gres/vgpu:7,gres/vgpufit:s7:1,gres/vgpufit:next:1",
+            "slurmpool:vgpu=7",
+        ),
+        ("exact-3", "gres:vgpu:3,gres:vgpufit:s3:1,gres:vgpufit:next:1", "slurmpool:vgpu=3"),
+        ("two-gpus", "gres:vgpu:14,gres:vgpufit:s7:2,gres:vgpufit:next:1", "slurmpool:vgpu=14"),
+        ("five-gpus", "gres/vgpu:35,gres/vgpufit:s7:5,gres/vgpufit:next:1", "slurmpool:vgpu=35"),
+        ("implicit-1", "gres:vgpu,gres:vgpufit:s1:1,gres:vgpufit:next:1", "slurmpool:vgpu=1"),
+        (
+            "with-gpu",
+            "gres:gpu:a100:1,gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1",
+            "slurmpool:vgpu=7",
+        ),
+        ("user-extra", "gres:vgpu:2,gres:vgpufit:s2:1,gres:vgpufit:next:1", "mine"),
+        ("forged-extra", "gres:vgpu:1,gres:vgpufit:s1:1,gres:vgpufit:next:1", "slurmpool:vgpu=1"),
+        (
+            "multi-partition",
+            "gres:vgpu:4,gres:vgpufit:s4:1,gres:vgpufit:next:1",
+            "slurmpool:vgpu=4",
+        ),
+        ("modify-ok", "gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1", "slurmpool:vgpu=7"),
+        (
+            "forged-leading-space",
+            "gres:vgpu:1,gres:vgpufit:s1:1,gres:vgpufit:next:1",
+            "slurmpool:vgpu=1",
+        ),
+        ("forged-case-spacing", "gres:vgpu:2,gres:vgpufit:s2:1,gres:vgpufit:next:1", "site=x"),
+        ("forged-tab-inside", "gres:vgpu:1,gres:vgpufit:s1:1,gres:vgpufit:next:1", "a\\t,b"),
         ("forged-cpu-only", "<nil>", ""),
         ("forged-twice-cpu-only", "<nil>", "keep"),
         ("modify-extra-only", "<nil>", "mine"),
         ("modify-extra-cpu-job", "<nil>", ""),
-        ("fit-new-form", "gres/vgpu=4,gres/vgpufit:s4:1", "slurmpool:vgpu=4"),
-        ("pinned", "gres:vgpu:4", "slurmpool:vgpu=4"),
-        ("modify-gres", "gres:vgpu:4,gres:vgpufit:s4:1", "slurmpool:vgpu=4"),
+        ("fit-new-form", "gres/vgpu=4,gres/vgpufit:s4:1,gres/vgpufit:next:1", "slurmpool:vgpu=4"),
+        ("pinned", "gres:vgpu:4,gres:vgpufit:next:1", "slurmpool:vgpu=4"),
+        ("modify-gres", "gres:vgpu:4,gres:vgpufit:s4:1,gres:vgpufit:next:1", "slurmpool:vgpu=4"),
         ("modify-time-only", "<nil>", "<nil>"),
         ("move-keeps-fit", "<nil>", "slurmpool:vgpu=7"),
-        ("move-adds-fit", "gres:vgpu:7,gres:vgpufit:s7:1", "slurmpool:vgpu=7"),
+        ("move-adds-fit", "gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1", "slurmpool:vgpu=7"),
         ("move-keeps-user-extra", "<nil>", "<nil>"),
     ],
 )
@@ -259,8 +287,8 @@ def test_accepted(mixed_results: dict[str, tuple], cid: str, tres: str, extra: s
 @pytest.mark.parametrize(
     ("cid", "tres"),
     [
-        ("fit-operator", "gres:vgpu:4,gres:vgpufit:s7:1"),
-        ("operator-modify", "gres:vgpu:7,gres:vgpufit:s1:1"),
+        ("fit-operator", "gres:vgpu:4,gres:vgpufit:s7:1,gres:vgpufit:next:1"),
+        ("operator-modify", "gres:vgpu:7,gres:vgpufit:s1:1,gres:vgpufit:next:1"),
     ],
 )
 def test_operator_sets_fit_and_is_logged(
@@ -284,7 +312,7 @@ def test_other_jobs_untouched(mixed_results: dict[str, tuple], cid: str) -> None
 
 def test_hostile_strings_are_data(mixed_results: dict[str, tuple]) -> None:
     rc, tres, _extra, name, _logs, _infos = mixed_results["hostile"]
-    assert (rc, tres) == (SUCCESS, "gres:vgpu:7,gres:vgpufit:s7:1")
+    assert (rc, tres) == (SUCCESS, "gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1")
     escaped = HOSTILE.replace("\\", "\\\\").replace("\n", "\\n")
     assert name == escaped  # unchanged, and nothing it says ran
 
@@ -294,7 +322,7 @@ def test_old_slurm_never_touches_extra(tmp_path: Path) -> None:
     script = tmp_path / "job_submit.lua"
     script.write_text(generate(policy, installed=NODE_SLURM).files["job_submit.lua"])
     res = run_cases(script, [("a", {"tres_per_node": "gres:vgpu:6"}, None)], tmp_path)
-    assert res["a"][:3] == (SUCCESS, "gres:vgpu:7,gres:vgpufit:s7:1", "<nil>")
+    assert res["a"][:3] == (SUCCESS, "gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1", "<nil>")
 
 
 @pytest.mark.parametrize(
@@ -311,7 +339,11 @@ def test_lines_posing_as_slurm_keys_are_logged_and_change_nothing(
     rc, tres, _extra, _name, logs, infos = mixed_results[cid]
     assert rc == 0 and logs == ""
     assert f"forgery-attempt: uid 1000 {how} a job whose {field} holds a line" in infos
-    assert tres == ("gres:vgpu:1,gres:vgpufit:s1:1" if cid == "forged-line-name" else "<nil>")
+    assert tres == (
+        "gres:vgpu:1,gres:vgpufit:s1:1,gres:vgpufit:next:1"
+        if cid == "forged-line-name"
+        else "<nil>"
+    )
     clean = mixed_results["exact-3"][5]
     assert "forgery-attempt" not in clean
 

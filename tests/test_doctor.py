@@ -201,7 +201,10 @@ def test_cli_json_and_exit_status(tmp_path: Path) -> None:
     assert "fix: install -d" in bad.stdout
 
 
-SANDBOX_FIT = "vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
+SANDBOX_FIT = (
+    "vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2,"
+    "vgpufit:next:1,vgpufit:pad:14"
+)
 
 
 @pytest.mark.parametrize(

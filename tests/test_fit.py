@@ -11,6 +11,7 @@ from slurmpool.fit import (
     fit_sizes,
     fit_slices,
     fit_type,
+    next_count,
     published_counts,
 )
 from slurmpool.placement import GpuOccupancy, PlacedInstance, Placement
@@ -75,3 +76,9 @@ def test_published_counts_add_what_slurm_has_allocated() -> None:
     allocated = {7: 1, 3: 1}
     free = {1: 4, 3: 0, 7: 0}
     assert published_counts(allocated, free) == {1: 4, 3: 1, 7: 1}
+
+
+def test_next_counts_a_nodes_jobs_and_one_more() -> None:
+    # Slurm subtracts the jobs it started on the node: one free while every job it
+    # started there is counted, none while one is not yet.
+    assert [next_count(n) for n in (0, 1, 5)] == [1, 2, 6]

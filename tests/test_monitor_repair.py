@@ -22,7 +22,10 @@ from slurmpool.pooling.slurmjob import SlurmJobs
 from slurmpool.slurm.runner import Runner
 
 # One GPU's slices held by a 7g (held, so counted), the other GPU free.
-CARVED_7G = "gpu:a100:1,vgpu:14,vgpufit:s1:7,vgpufit:s2:3,vgpufit:s3:2,vgpufit:s4:1,vgpufit:s7:2"
+CARVED_7G = (
+    "gpu:a100:1,vgpu:14,vgpufit:s1:7,vgpufit:s2:3,vgpufit:s3:2,vgpufit:s4:1,vgpufit:s7:2,"
+    "vgpufit:next:2,vgpufit:pad:26"
+)
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ def test_a_pass_sends_what_slurmctld_lost_then_only_reads(pool: Pool) -> None:
     assert pool.node_gres() == CARVED_7G
     [line] = lines
     assert line.startswith("fit: action=fit-repaired level=info gen=")
-    assert "slurmctld_had=s1:14,s2:6,s3:4,s4:2,s7:2" in line
+    assert "slurmctld_had=next:1,pad:14,s1:14,s2:6,s3:4,s4:2,s7:2" in line
     assert repair() == IN_STEP
 
 

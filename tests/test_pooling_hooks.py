@@ -179,7 +179,8 @@ def test_vgpu2_carves_a_2g_for_the_job_and_the_epilog_destroys_it(pool: Pool) ->
     ]
     # s2: the job's 2g plus five more; s1: two 1g places fewer; one 3g and one 7g fewer.
     assert pool.node_gres() == (
-        "gpu:a100:1,vgpu:14,vgpufit:s1:12,vgpufit:s2:6,vgpufit:s3:3,vgpufit:s4:2,vgpufit:s7:1"
+        "gpu:a100:1,vgpu:14,vgpufit:s1:12,vgpufit:s2:6,vgpufit:s3:3,vgpufit:s4:2,vgpufit:s7:1,"
+        "vgpufit:next:2,vgpufit:pad:17"
     )
     rc, out, err = pool.hook("task-prolog", env)
     assert rc == 0, err
@@ -324,7 +325,8 @@ def test_vgpu14_gets_two_whole_gpu_instances(pool: Pool) -> None:
     assert len(exports_of(out)["CUDA_VISIBLE_DEVICES"].split(",")) == 2
     # Nothing else fits; s7 counts the job's two whole GPUs (what vgpu:14 asks for).
     assert pool.node_gres() == (
-        "gpu:a100:1,vgpu:14,vgpufit:s1:0,vgpufit:s2:0,vgpufit:s3:0,vgpufit:s4:0,vgpufit:s7:2"
+        "gpu:a100:1,vgpu:14,vgpufit:s1:0,vgpufit:s2:0,vgpufit:s3:0,vgpufit:s4:0,vgpufit:s7:2,"
+        "vgpufit:next:2,vgpufit:pad:39"
     )
 
 

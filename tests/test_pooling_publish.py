@@ -64,14 +64,15 @@ def _mig(index: int, profile: str, start: int, size: int, state: str = "active")
 
 def test_an_empty_node_counts_what_generate_config_writes() -> None:
     got = publish.counts([_gpu(0), _gpu(1)], [], SIZES)
-    assert got == {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2}
+    assert got == {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2, "next": 1, "pad": 14}
 
 
 def test_a_held_instance_counts_as_its_size_and_blocks_the_others() -> None:
     occ = [_gpu(0, ("4g.40gb", 0, 4)), _gpu(1)]
     got = publish.counts(occ, [_mig(0, "4g.40gb", 0, 4)], SIZES)
-    # s4: the job's own plus GPU 1's; s7: only GPU 1; s1: 3 left on GPU 0 and 7 on GPU 1.
-    assert got == {"s1": 10, "s2": 4, "s3": 3, "s4": 2, "s7": 1}
+    # s4: the job's own plus GPU 1's; s7: only GPU 1; s1: 3 left on GPU 0 and 7 on GPU 1;
+    # next: the one job and one more.
+    assert got == {"s1": 10, "s2": 4, "s3": 3, "s4": 2, "s7": 1, "next": 2, "pad": 21}
 
 
 def test_an_instance_being_released_or_unrecorded_only_blocks() -> None:
@@ -79,13 +80,32 @@ def test_an_instance_being_released_or_unrecorded_only_blocks() -> None:
     releasing = _mig(0, "4g.40gb", 0, 4, state="releasing")
     # GPU 1's 7g has no record (an orphan): neither is something a Slurm job holds.
     got = publish.counts(occ, [releasing], SIZES)
-    assert got == {"s1": 3, "s2": 1, "s3": 1, "s4": 0, "s7": 0}
+    assert got == {"s1": 3, "s2": 1, "s3": 1, "s4": 0, "s7": 0, "next": 1, "pad": 37}
+
+
+def test_next_counts_jobs_not_instances() -> None:
+    # A vgpu:14 job holds two 7g instances; a second job holds a 1g being carved.
+    occ = [_gpu(0, ("7g.80gb", 0, 8)), _gpu(1, ("7g.80gb", 0, 8))]
+    both = [_mig(0, "7g.80gb", 0, 8), _mig(1, "7g.80gb", 0, 8)]
+    assert publish.counts(occ, both, SIZES)["next"] == 2
+    other = allocation(
+        job_id="101",
+        mode=GpuMode.MIG,
+        gpu_index=0,
+        profile="1g.10gb",
+        placement_start=6,
+        placement_size=1,
+        shares=None,
+        state="intent",
+    )
+    assert publish.counts(occ, [*both, other], SIZES)["next"] == 3
 
 
 def test_an_intent_is_held_already() -> None:
     occ = [_gpu(0, ("1g.10gb", 6, 1)), _gpu(1)]
     got = publish.counts(occ, [_mig(0, "1g.10gb", 6, 1, state="intent")], SIZES)
     assert got["s1"] == 14  # the job's own 1g plus 13 free: what Slurm allocated stays
+    assert got["next"] == 2  # its job, counted before its instance is carved
 
 
 # -- note and send -------------------------------------------------------------------
@@ -125,7 +145,10 @@ def test_a_note_is_stored_once_per_change_with_the_next_generation(pool: Pool) -
     assert not _note(pool, node, ("7g.80gb", 0, 8))  # the same counts: no new note
     assert _note(pool, node)
     note = json.loads(node.store().meta(publish.NOTE_KEY) or "")
-    assert note == {"gen": 2, "counts": {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2}}
+    assert note == {
+        "gen": 2,
+        "counts": {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2, "next": 1, "pad": 14},
+    }
     node.close()
 
 
@@ -229,7 +252,10 @@ def test_a_node_without_mig_pooling_publishes_nothing(tmp_path: Path, mode: str)
 
 
 # One GPU's slices held by a 7g (held, so counted), the other GPU free.
-CARVED_7G = "gpu:a100:1,vgpu:14,vgpufit:s1:7,vgpufit:s2:3,vgpufit:s3:2,vgpufit:s4:1,vgpufit:s7:2"
+CARVED_7G = (
+    "gpu:a100:1,vgpu:14,vgpufit:s1:7,vgpufit:s2:3,vgpufit:s3:2,vgpufit:s4:1,vgpufit:s7:2,"
+    "vgpufit:next:2,vgpufit:pad:26"
+)
 
 
 def _carve_7g(pool: Pool) -> None:
@@ -247,7 +273,7 @@ def test_a_repair_puts_back_what_a_registration_took(pool: Pool) -> None:
     assert publish.repair(node, lambda: _slurm(pool))
     assert pool.node_gres() == CARVED_7G
     [fields] = [f for a, f in log.lines if a == "fit-repaired"]
-    assert fields["slurmctld_had"] == "s1:14,s2:6,s3:4,s4:2,s7:2"
+    assert fields["slurmctld_had"] == "next:1,pad:14,s1:14,s2:6,s3:4,s4:2,s7:2"
     # In step now: the next repair costs one read and sends nothing.
     pool.clear_calls()
     assert not publish.repair(node, lambda: _slurm(pool))
@@ -301,16 +327,24 @@ def test_a_repair_after_a_reboot_counts_no_job_the_boot_ended(pool: Pool) -> Non
 
 def test_a_node_whose_counts_were_all_zero_publishes_them_again(pool: Pool) -> None:
     # Every slice blocked by an instance no job holds (being given back, or an orphan):
-    # the node publishes 0 of each size, and slurmctld then lists no vgpufit at all
-    # (tests/data/probe-fit-zero.sh; the fake scontrol does the same).
+    # the node publishes 0 of each size, and the one job it may be sent.
     with pool.backend() as b:
         gis = [b.create_instance(g, "7g.80gb", Placement(0, 8)).gi_id for g in (0, 1)]
     node = _node(pool)
     publish.publish_now(node, lambda: _slurm(pool))
-    assert pool.node_gres() == "gpu:a100:1,vgpu:14"
+    assert pool.node_gres() == (
+        "gpu:a100:1,vgpu:14,vgpufit:s1:0,vgpufit:s2:0,vgpufit:s3:0,vgpufit:s4:0,vgpufit:s7:0,"
+        "vgpufit:next:1,vgpufit:pad:42"
+    )
+    # slurmctld lists no vgpufit at all while its counts are all 0 (a node config from
+    # before vgpufit:next; tests/data/probe-fit-zero.sh; the fake scontrol does the same).
+    pool.set_node_gres("gpu:a100:1,vgpu:14")
     with pool.backend() as b:
         for g, gi in zip((0, 1), gis, strict=True):
             b.destroy_instance(g, gi)
     publish.publish_now(node, lambda: _slurm(pool))  # the counts, and their types, again
-    assert pool.node_gres() == EMPTY_NODE_GRES
+    assert pool.node_gres() == (
+        "gpu:a100:1,vgpu:14,vgpufit:next:1,vgpufit:pad:14,vgpufit:s1:14,vgpufit:s2:6,"
+        "vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
+    )
     node.close()

@@ -13,7 +13,17 @@ from typing import Any
 from slurmpool.catalogue import Catalogue, GpuModel
 from slurmpool.configgen.inventory import ConfigError, Inventory, InventoryGpu
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_SCHEMA
-from slurmpool.fit import FIT_GRES, carvable, fit_request, fit_sizes, fit_type
+from slurmpool.fit import (
+    FIT_GRES,
+    NEXT_TYPE,
+    PAD_TYPE,
+    carvable,
+    fit_request,
+    fit_sizes,
+    fit_type,
+    next_count,
+    pad_count,
+)
 from slurmpool.gresorder import GresGpu, gpu_gres_types, mig_type_name, shared_type_name
 from slurmpool.modes import GpuMode
 from slurmpool.placement import GpuOccupancy, engine_for
@@ -197,7 +207,7 @@ def plan_class(
             gres_counts["shard"] = gres_counts.get("shard", 0) + spec.shares
         gpus_out.append(entry)
     mig_pool = group.publishes_fit
-    fit: dict[int, int] = {}
+    fit: dict[str, int] = {}
     if mig_pool:
         pooled = ", ".join(str(g.index) for g in group.pooled_gpus)
         lines.append(
@@ -206,13 +216,17 @@ def plan_class(
                 f"GPUs {pooled}: pooled, {group.units_per_gpu} vgpu ({group.vgpu_unit}) each",
             )
         )
-        fit = empty_fit_counts(group, cat)
-        for i, (size, count) in enumerate(fit.items()):
+        empty = empty_fit_counts(group, cat)
+        fit = {fit_type(s): n for s, n in empty.items()}
+        fit[NEXT_TYPE] = next_count(0)
+        fit[PAD_TYPE] = pad_count(empty, group.vgpu_count, fit)
+        for i, (gres_type, count) in enumerate(fit.items()):
             lines.append(
                 GresLine(
-                    f"NodeName={nodes} Name={FIT_GRES} Type={fit_type(size)} Count={count}",
-                    "instances of each size the node can carve: an empty node's counts "
-                    "(its hooks publish the live ones)"
+                    f"NodeName={nodes} Name={FIT_GRES} Type={gres_type} Count={count}",
+                    "instances of each size the node can carve, the one job more it may "
+                    "be sent, and what keeps the total: an empty node's counts (its hooks "
+                    "publish the live ones)"
                     if i == 0
                     else "",
                 )
@@ -223,7 +237,7 @@ def plan_class(
     gres += [f"{k}:{v}" for k, v in sorted(gres_counts.items()) if not k.startswith("gpu:")]
     if mig_pool:
         gres.append(f"vgpu:{group.vgpu_count}")
-        gres += [f"{FIT_GRES}:{fit_type(size)}:{count}" for size, count in fit.items()]
+        gres += [f"{FIT_GRES}:{gres_type}:{count}" for gres_type, count in fit.items()]
     shape = [f"CPUs={group.cpus}", f"RealMemory={group.real_memory_mib}"]
     if gres:
         shape.append(f"Gres={','.join(gres)}")

@@ -21,6 +21,7 @@ from slurmpool.configgen.plan import (
     node_config,
     plan_class,
 )
+from slurmpool.fit import FIT_GRES, NEXT_TYPE
 from slurmpool.policy.model import Policy
 from slurmpool.resources import templates_dir
 from slurmpool.slurm.version import InstalledSlurm, parse_version
@@ -126,6 +127,8 @@ def generate(
         "partition_names": [p.name for p in policy.partitions],
         "default_partition": default.name if default is not None else None,
         "has_extra": slurm.version.supports("job_extra"),
+        "fit_gres": FIT_GRES,
+        "fit_next": NEXT_TYPE,
         "slurm_version": slurm.version.shown,
         "slurm_detected_by": slurm.detected_by,
     }

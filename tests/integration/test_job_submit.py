@@ -36,7 +36,7 @@ def test_valid_request_is_normalised(cluster: Cluster) -> None:
     job = int(res.stdout.strip())
     try:
         assert "vgpu:5 rounded up to vgpu:7" in res.stderr
-        assert _tres_per_node(cluster, job) == "gres:vgpu:7,gres:vgpufit:s7:1"
+        assert _tres_per_node(cluster, job) == "gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1"
     finally:
         cluster.slurm.run("scancel", str(job))
 
@@ -45,7 +45,7 @@ def test_whole_gpu_multiples_are_kept(cluster: Cluster) -> None:
     res = cluster.sbatch("--gres=vgpu:14", "--hold", "--wrap", "true", user="sp-bob")
     job = int(res.stdout.strip())
     try:
-        assert _tres_per_node(cluster, job) == "gres:vgpu:14,gres:vgpufit:s7:2"
+        assert _tres_per_node(cluster, job) == "gres:vgpu:14,gres:vgpufit:s7:2,gres:vgpufit:next:1"
     finally:
         cluster.slurm.run("scancel", str(job))
 
@@ -55,9 +55,9 @@ def test_a_users_modify_asks_anew_and_cannot_forge_the_fit(cluster: Cluster) -> 
     names vgpufit is refused and the job keeps what it had."""
     job = cluster.submit("--gres=vgpu:2", "--hold", "--wrap", "true", user="sp-bob")
     try:
-        assert _tres_per_node(cluster, job) == "gres:vgpu:2,gres:vgpufit:s2:1"
+        assert _tres_per_node(cluster, job) == "gres:vgpu:2,gres:vgpufit:s2:1,gres:vgpufit:next:1"
         cluster.slurm.run("scontrol", "update", f"JobId={job}", "Gres=vgpu:4", as_user="sp-bob")
-        assert _tres_per_node(cluster, job) == "gres:vgpu:4,gres:vgpufit:s4:1"
+        assert _tres_per_node(cluster, job) == "gres:vgpu:4,gres:vgpufit:s4:1,gres:vgpufit:next:1"
         res = cluster.slurm.run(
             "scontrol",
             "update",
@@ -67,14 +67,14 @@ def test_a_users_modify_asks_anew_and_cannot_forge_the_fit(cluster: Cluster) -> 
             check=False,
         )
         assert res.returncode != 0
-        assert _tres_per_node(cluster, job) == "gres:vgpu:4,gres:vgpufit:s4:1"
+        assert _tres_per_node(cluster, job) == "gres:vgpu:4,gres:vgpufit:s4:1,gres:vgpufit:next:1"
     finally:
         cluster.slurm.run("scancel", str(job))
 
 
-def test_a_job_pinned_to_a_node_goes_without_the_fit(cluster: Cluster) -> None:
+def test_a_job_pinned_to_a_node_asks_for_no_size(cluster: Cluster) -> None:
     job = cluster.submit("--gres=vgpu:3", "-w", "sbx1", "--hold", "--wrap", "true", user="sp-bob")
     try:
-        assert _tres_per_node(cluster, job) == "gres:vgpu:3"
+        assert _tres_per_node(cluster, job) == "gres:vgpu:3,gres:vgpufit:next:1"
     finally:
         cluster.slurm.run("scancel", str(job))

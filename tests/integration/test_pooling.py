@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pwd
+import random
 import sys
 import urllib.request
 from pathlib import Path
@@ -93,7 +94,7 @@ def node_info(cluster: Cluster, node: str) -> Any:
 
 # What generate-config writes for a sandbox node (two MIG A100s), and its hooks publish
 # whenever the node's MIG GPUs are empty.
-EMPTY_FIT = {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2}
+EMPTY_FIT = {"s1": 14, "s2": 6, "s3": 4, "s4": 2, "s7": 2, "next": 1, "pad": 14}
 
 
 def fit_counts(cluster: Cluster, node: str) -> dict[str, int]:
@@ -173,8 +174,17 @@ def test_vgpu2_gets_a_2g_instance_that_lives_as_long_as_the_job(cluster: Cluster
         poll("the workload to start", lambda: "running: pid" in out.read_text(), 60)
         assert f"({uuid})" in out.read_text()
         # slurmctld was told what the node can carve beside it (the prolog sent it
-        # before the job started): the job's 2g and five more, two 1g places fewer.
-        assert fit_counts(cluster, node) == {"s1": 12, "s2": 6, "s3": 3, "s4": 2, "s7": 1}
+        # before the job started): the job's 2g and five more, two 1g places fewer; its
+        # one job and one more.
+        assert fit_counts(cluster, node) == {
+            "s1": 12,
+            "s2": 6,
+            "s3": 3,
+            "s4": 2,
+            "s7": 1,
+            "next": 2,
+            "pad": 17,
+        }
     finally:
         release.touch()
     assert cluster.wait(job) == "COMPLETED"
@@ -199,12 +209,14 @@ def fit_repairs(cluster: Cluster, node: str) -> float:
 
 
 def test_monitord_publishes_again_after_a_slurmd_or_slurmctld_restart(cluster: Cluster) -> None:
-    # Each puts gres.conf's counts, an empty node's, back in slurmctld (measured by
-    # tests/data/probe-count-gres.sh), and runs no hook: monitord's repair sends the
-    # node's own again.
+    # A slurmctld restart puts gres.conf's counts, an empty node's, back in slurmctld
+    # (measured by tests/data/probe-count-gres.sh) and runs no hook: monitord's repair
+    # sends the node's own again.  A slurmd restart while the job runs registers the
+    # same vgpufit total (vgpufit:pad keeps it), so the node stays usable, not INVAL,
+    # and slurmctld has the node's counts after it, kept or repaired.
     node = "sbx1"
     job, out, release = submit_vgpu2(cluster, node, "repair")
-    held = {"s1": 12, "s2": 6, "s3": 3, "s4": 2, "s7": 1}
+    held = {"s1": 12, "s2": 6, "s3": 3, "s4": 2, "s7": 1, "next": 2, "pad": 17}
     try:
         poll("the job to print its device", lambda: first_line(out), 60)
         assert fit_counts(cluster, node) == held
@@ -212,15 +224,19 @@ def test_monitord_publishes_again_after_a_slurmd_or_slurmctld_restart(cluster: C
             before = fit_repairs(cluster, node)
             cluster.sandbox.restart(daemon)
 
-            def sent_again(before: float = before) -> bool:
-                return fit_repairs(cluster, node) > before and fit_counts(cluster, node) == held
+            def in_step(before: float = before, daemon: str = daemon) -> bool:
+                repaired = daemon != "slurmctld" or fit_repairs(cluster, node) > before
+                return repaired and fit_counts(cluster, node) == held
 
             poll(
-                f"monitord to send {node}'s counts again after the {daemon} restart",
-                sent_again,
+                f"slurmctld to have {node}'s counts after the {daemon} restart",
+                in_step,
                 60,
                 seen=lambda: f"{fit_counts(cluster, node)}, repairs {fit_repairs(cluster, node)}",
             )
+            info = node_info(cluster, node)
+            assert info.state not in {"DOWN", "INVAL"}, info
+            assert not {"DRAIN", "INVAL", "INVALID_REG"} & set(info.flags), info
     finally:
         release.touch()
     assert cluster.wait(job) == "COMPLETED"
@@ -528,6 +544,51 @@ def test_a_node_whose_units_are_in_pieces_gets_no_4g_job(cluster: Cluster) -> No
             release.touch()
         cancel(cluster, [*jobs, *fours])
     for n in ("sbx1", node):
+        wait_empty(cluster, n)
+
+
+# The burst: sizes and users drawn once from this seed.
+BURST_SEED = 20261207
+BURST_JOBS = 36
+
+
+def test_a_burst_of_mixed_jobs_from_two_users_runs_with_at_most_one_requeue(
+    cluster: Cluster,
+) -> None:
+    """36 vgpu:1 to vgpu:4 jobs of two users, released in one call so that Slurm starts
+    as many as it can at once, all complete; Slurm starts no more of a size on a node
+    than the node can carve, and one job at a time on a node that has not published
+    what the last one took, so at most one run is requeued in all, and no node drains."""
+    nodes = ("sbx1", "sbx2")
+    for n in nodes:
+        wait_empty(cluster, n)
+    before = sum(status(cluster, n)["requeue_count"] for n in nodes)
+    rng = random.Random(BURST_SEED)
+    jobs = [
+        cluster.submit(
+            f"--gres=vgpu:{rng.randint(1, 4)}",
+            "--hold",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            workload(rng.choice((1, 2, 3))),
+            user=("sp-alice", "sp-bob")[i % 2],
+        )
+        for i in range(BURST_JOBS)
+    ]
+    try:
+        cluster.slurm.run("scontrol", "release", ",".join(map(str, jobs)), timeout=15)
+        for j in jobs:
+            assert cluster.wait(j, 300) == "COMPLETED", job_info(cluster, j)
+        restarts = {j: r for j in jobs if (r := job_info(cluster, j).restarts)}
+        print(f"burst of {BURST_JOBS}: requeued runs {restarts or 'none'}")
+        assert sum(restarts.values()) <= 1, restarts
+        assert sum(status(cluster, n)["requeue_count"] for n in nodes) - before <= 1
+        for n in nodes:
+            assert "DRAIN" not in node_info(cluster, n).flags
+    finally:
+        cancel(cluster, jobs)
+    for n in nodes:
         wait_empty(cluster, n)
 
 

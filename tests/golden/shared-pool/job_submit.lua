@@ -16,11 +16,13 @@ partition's pool can carve:
   * on MIG GPUs the job also asks for the instances N rounds to as
     `vgpufit:sK:M` (K compute slices, M instances: vgpu:4 -> vgpufit:s4:1,
     vgpu:14 -> vgpufit:s7:2).  Each node counts what it can carve now, so
-    Slurm only starts the job where its instance fits.  vgpufit is
+    Slurm only starts the job where its instance fits; and one
+    `vgpufit:next`, so that Slurm starts one job at a time on a node that
+    has not yet published what the last one took.  vgpufit is
     slurmpool's: a user who asks for it is refused; root may set it (the
     change is logged), until the job's GRES or partition change again.
-    A job pinned to nodes (-w) goes without: Slurm would refuse it at
-    submit while those nodes cannot carve its size.
+    A job pinned to nodes (-w) asks for no size (Slurm would refuse it
+    at submit while those nodes cannot carve it), only for `vgpufit:next`.
 A modify that changes the GRES or the partition is checked the same way
 (a new partition alone: against the GRES the job has).
 From Slurm 23.02, every job's Extra is scrubbed of anything spelled
@@ -58,8 +60,11 @@ local DEFAULT_PARTITION = "viz"
 -- Extra exists from Slurm 23.02; on older Slurm the field is never touched.
 local HAS_EXTRA = false
 local EXTRA_PREFIX = "slurmpool:vgpu="
--- The count GRES a MIG-pooled node publishes what it can carve as (slurmpool.fit).
+-- The count GRES a MIG-pooled node publishes what it can carve as (slurmpool.fit), and
+-- its type that counts jobs: the node's jobs and one more, so that Slurm starts one job
+-- at a time on a node that has not yet published what that job took.
 local FIT_GRES = "vgpufit"
+local FIT_NEXT = "next"
 -- Who may set vgpufit on a job.
 local OPERATOR_UID = 0
 
@@ -323,12 +328,16 @@ local function check_job(job_desc, partition_field, part_list, uid, job_rec)
     entries[i] = prefix .. gres .. ":" .. result
   end
   -- A job pinned to nodes (-w) is judged at submit by those nodes' counts alone, and
-  -- refused while they cannot carve its size: it goes without, as before counts.
+  -- refused while they cannot carve its size: it asks for no size (every node counts
+  -- one more job, so it still asks for that).
   local pinned = job_desc.req_nodes ~= nil and job_desc.req_nodes ~= ""
   if operator_fit then
     slurm.log_info("slurmpool job_submit: operator uid %s set %s on a job: %s", tostring(uid), FIT_GRES, tres)
-  elseif fit ~= "" and not pinned then
-    entries[#entries + 1] = prefix .. FIT_GRES .. ":" .. fit
+  elseif fit ~= "" then
+    if not pinned then
+      entries[#entries + 1] = prefix .. FIT_GRES .. ":" .. fit
+    end
+    entries[#entries + 1] = prefix .. FIT_GRES .. ":" .. FIT_NEXT .. ":1"
   end
   local new_tres = table.concat(entries, ",")
   if new_tres ~= tres then

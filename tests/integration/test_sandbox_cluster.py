@@ -37,7 +37,8 @@ def test_nodes_register_with_the_generated_gres(cluster: Cluster) -> None:
     for node in nodes:
         want = expected_node_gres(fragment, node.name)
         assert want == (
-            "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2"
+            "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2,"
+            "vgpufit:next:1,vgpufit:pad:14"
         )
         assert gres_totals(list(node.gres)) == gres_totals(parse_gres(want))
         assert node.state in ("IDLE", "MIXED", "ALLOCATED") and "DRAIN" not in node.flags

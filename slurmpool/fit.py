@@ -28,14 +28,13 @@ gres.conf's counts (an empty node's) and the counts the hooks publish
 
 from __future__ import annotations
 
-from slurmpool.placement import free_capacity
+from slurmpool.placement import GpuOccupancy, free_capacity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from slurmpool.catalogue import GpuInstanceProfile
-    from slurmpool.placement import GpuOccupancy
 
 FIT_GRES = "vgpufit"
 _TYPE_PREFIX = "s"
@@ -112,6 +111,22 @@ def published_counts(held: Mapping[int, int], free: Mapping[int, int]) -> dict[i
     """The count of each size the node publishes: the instances of it the node's jobs
     hold (``held``) plus what it could carve now (``free``)."""
     return {s: held.get(s, 0) + n for s, n in free.items()}
+
+
+def node_counts(
+    gpus: Sequence[GpuOccupancy], sizes: Iterable[int], held: Mapping[int, int], held_jobs: int
+) -> dict[str, int]:
+    """Every :data:`FIT_GRES` type's count on a node whose MIG GPUs hold what ``gpus``
+    say: each size's (:func:`published_counts` of ``held`` and what can be carved),
+    :data:`NEXT_TYPE`'s from the ``held_jobs`` jobs holding them, and :data:`PAD_TYPE`'s.
+    An empty node's (no instance, nothing held) are what gres.conf says."""
+    sizes = list(sizes)
+    out = {fit_type(s): n for s, n in published_counts(held, carvable(gpus, sizes)).items()}
+    out[NEXT_TYPE] = next_count(held_jobs)
+    empty = carvable([GpuOccupancy(g.index, g.model) for g in gpus], sizes)
+    units = sum(g.model.require_mig().compute_slices for g in gpus)
+    out[PAD_TYPE] = pad_count(empty, units, out)
+    return out
 
 
 def next_count(held_jobs: int) -> int:

@@ -13,17 +13,7 @@ from typing import Any
 from slurmpool.catalogue import Catalogue, GpuModel
 from slurmpool.configgen.inventory import ConfigError, Inventory, InventoryGpu
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_SCHEMA
-from slurmpool.fit import (
-    FIT_GRES,
-    NEXT_TYPE,
-    PAD_TYPE,
-    carvable,
-    fit_request,
-    fit_sizes,
-    fit_type,
-    next_count,
-    pad_count,
-)
+from slurmpool.fit import FIT_GRES, fit_request, fit_sizes, fit_type, node_counts
 from slurmpool.gresorder import GresGpu, gpu_gres_types, mig_type_name, shared_type_name
 from slurmpool.modes import GpuMode
 from slurmpool.placement import GpuOccupancy, engine_for
@@ -216,10 +206,7 @@ def plan_class(
                 f"GPUs {pooled}: pooled, {group.units_per_gpu} vgpu ({group.vgpu_unit}) each",
             )
         )
-        empty = empty_fit_counts(group, cat)
-        fit = {fit_type(s): n for s, n in empty.items()}
-        fit[NEXT_TYPE] = next_count(0)
-        fit[PAD_TYPE] = pad_count(empty, group.vgpu_count, fit)
+        fit = empty_fit_counts(group, cat)
         for i, (gres_type, count) in enumerate(fit.items()):
             lines.append(
                 GresLine(
@@ -267,17 +254,17 @@ def plan_class(
     )
 
 
-def empty_fit_counts(group: NodeGroup, cat: Catalogue) -> dict[int, int]:
-    """The :data:`~slurmpool.fit.FIT_GRES` count of each instance size on a node of a MIG
-    pool whose GPUs are empty: what gres.conf says, and Slurm counts until the node's
-    hooks publish what it can carve (and again after each slurmd registration)."""
+def empty_fit_counts(group: NodeGroup, cat: Catalogue) -> dict[str, int]:
+    """The count of each :data:`~slurmpool.fit.FIT_GRES` type on a node of a MIG pool
+    whose GPUs are empty: what gres.conf says, and Slurm counts until the node's hooks
+    publish what it can carve (:func:`~slurmpool.fit.node_counts`)."""
     gpus = [
         GpuOccupancy(g.index, cat.get(g.model)) for g in group.pooled_gpus if g.mode is GpuMode.MIG
     ]
     if not gpus:
         return {}
     slices = _slices_by_count(gpus[0].model)
-    return carvable(gpus, fit_sizes(group.units_per_gpu, slices.get))
+    return node_counts(gpus, fit_sizes(group.units_per_gpu, slices.get), {}, 0)
 
 
 def _slices_by_count(model: GpuModel) -> dict[int, int]:

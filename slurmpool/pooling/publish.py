@@ -27,19 +27,8 @@ from __future__ import annotations
 import json
 import os
 
-from slurmpool.fit import (
-    FIT_GRES,
-    NEXT_TYPE,
-    PAD_TYPE,
-    carvable,
-    fit_sizes,
-    fit_type,
-    next_count,
-    pad_count,
-    published_counts,
-)
+from slurmpool.fit import FIT_GRES, fit_sizes, node_counts
 from slurmpool.modes import GpuMode
-from slurmpool.placement import GpuOccupancy
 from slurmpool.pooling.text import clean
 from slurmpool.state.store import ACTIVE, INTENT
 
@@ -48,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from slurmpool.catalogue import Catalogue
+    from slurmpool.placement import GpuOccupancy
     from slurmpool.pooling.node import Node
     from slurmpool.pooling.slurmjob import SlurmJobs
     from slurmpool.state.store import Allocation, NodeStore
@@ -87,8 +77,8 @@ def counts(
     sizes: Sequence[int],
 ) -> dict[str, int]:
     """The fit count of each size: the instances the node's jobs hold of it, plus how
-    many more it could carve now; and :data:`~slurmpool.fit.NEXT_TYPE`'s, from the
-    jobs that hold them.
+    many more it could carve now; :data:`~slurmpool.fit.NEXT_TYPE`'s, from the jobs
+    that hold them; and :data:`~slurmpool.fit.PAD_TYPE`'s (:func:`~slurmpool.fit.node_counts`).
 
     Held means a record Slurm still counts against a job: an intent (a prolog carving)
     or an active instance.  Slurm subtracts what its jobs were allocated, so a job it
@@ -105,13 +95,7 @@ def counts(
             slices = model.gi_profile(a.profile).slices
             held[slices] = held.get(slices, 0) + 1
             jobs.add(a.job_id)
-    free = carvable(occupancy, sizes)
-    out = {fit_type(s): n for s, n in published_counts(held, free).items()}
-    out[NEXT_TYPE] = next_count(len(jobs))
-    empty = carvable([GpuOccupancy(o.index, o.model) for o in occupancy], sizes)
-    units = sum(o.model.require_mig().compute_slices for o in occupancy)
-    out[PAD_TYPE] = pad_count(empty, units, out)
-    return out
+    return node_counts(occupancy, sizes, held, len(jobs))
 
 
 def note(node: Node, store: NodeStore, occupancy: Sequence[GpuOccupancy]) -> bool:

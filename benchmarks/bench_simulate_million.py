@@ -39,7 +39,7 @@ BUDGET_S = 120.0
 RSS_GROWTH = 1.2  # peak RSS at all the tasks over that at a quarter of them
 LOAD = 0.5  # offered compute slices over the pool's
 SEED = 31
-POLICIES = "whole,mig,fluid,shared:4,mig-static:7g/7g/7g/7g/7g/7g/4g+3g"
+POLICIES = "whole,mig,mig-blind,fluid,shared:4,mig-static:7g/7g/7g/7g/7g/7g/4g+3g"
 DEFAULT_TRACE = (
     Path(__file__).resolve().parent.parent.parent / "shared/data/traces/openb_pod_list_default.csv"
 )

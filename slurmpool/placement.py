@@ -48,6 +48,10 @@ class PlacedInstance:
     placement: Placement
 
 
+def _by_name(p: GpuInstanceProfile) -> Any:
+    return p.name
+
+
 def occupancy(instances: Iterable[PlacedInstance]) -> int:
     mask = 0
     for inst in instances:
@@ -88,6 +92,9 @@ class PlacementEngine:
             for p in sorted(geo.standard_profiles(), key=lambda p: (-p.slices, -p.memory_slices))
         ]
         self._best: dict[tuple[str, int], tuple[Placement, tuple[int, ...]] | None] = {}
+        # (key, instances) -> room (see room()).
+        self._room_by: dict[tuple[Callable[..., Any], frozenset[PlacedInstance]], dict[Any, int]]
+        self._room_by = {}
 
     # -- lookups -------------------------------------------------------------
 
@@ -122,6 +129,29 @@ class PlacementEngine:
             p.name: sum(1 for m, _ in self._masks[p.name] if not m & occ)
             for p in geo.standard_profiles()
         }
+
+    def room(
+        self,
+        instances: Sequence[PlacedInstance] = (),
+        key: Callable[[GpuInstanceProfile], K] = _by_name,
+    ) -> dict[K, int]:
+        """:meth:`capacity`, each bounded by what the profile's per-GPU maximum leaves,
+        summed by ``key(profile)`` (its name, or e.g. its slices).  Remembered per set of
+        instances: a board has few such sets, and a replay asks for the same ones again
+        and again."""
+        memo = (key, frozenset(instances))
+        room = self._room_by.get(memo)
+        if room is None:
+            if len(self._room_by) >= _ROOM_MEMO:
+                self._room_by.clear()
+            room = {}
+            for name, n in self.capacity(instances).items():
+                p = self.profiles[name]
+                used = sum(1 for i in instances if i.profile == name)
+                k = key(p)
+                room[k] = room.get(k, 0) + min(n, max(0, p.max_count - used))
+            self._room_by[memo] = room
+        return room
 
     # -- decisions -------------------------------------------------------------
 
@@ -225,6 +255,10 @@ class PlacementEngine:
 _ENGINES: dict[tuple[str, str], PlacementEngine] = {}
 
 
+# How many sets of instances an engine remembers the room of (PlacementEngine.room).
+_ROOM_MEMO = 4096
+
+
 def engine_for(model: GpuModel) -> PlacementEngine:
     """A shared engine per model (its memo tables persist across calls)."""
     key = (model.name, model.path)
@@ -274,10 +308,6 @@ def choose_gpu(gpus: Sequence[GpuOccupancy], profile: str) -> NodeChoice | None:
     return best
 
 
-def _by_name(p: GpuInstanceProfile) -> Any:
-    return p.name
-
-
 def free_capacity(
     gpus: Sequence[GpuOccupancy], key: Callable[[GpuInstanceProfile], K] = _by_name
 ) -> dict[K, int]:
@@ -285,11 +315,6 @@ def free_capacity(
     a time, summed over GPUs), keyed by ``key(profile)``: its name, or e.g. its slices."""
     total: dict[K, int] = {}
     for g in gpus:
-        eng = engine_for(g.model)
-        for name, n in eng.capacity(g.instances).items():
-            p = eng.profile(name)
-            used = sum(1 for i in g.instances if i.profile == name)
-            n = min(n, max(0, p.max_count - used))
-            k = key(p)
+        for k, n in engine_for(g.model).room(g.instances, key).items():
             total[k] = total.get(k, 0) + n
     return total

@@ -166,17 +166,47 @@ def test_backfill_trusts_limits_not_durations(catalogue: Catalogue) -> None:
     assert starts == {"a": 0, "b": 100, "c": 2}
 
 
-def test_the_mig_pool_requeues_when_slurms_count_fits_but_the_slices_do_not(
-    catalogue: Catalogue,
+@pytest.mark.parametrize("scheduler", ["fifo", "backfill"])
+def test_the_blind_mig_pool_requeues_when_slurms_count_fits_but_the_slices_do_not(
+    catalogue: Catalogue, scheduler: str
 ) -> None:
     """Two 3g instances use all 8 memory slices of an A100 and 6 of its 7 compute
-    slices: Slurm counts one vgpu unit free, the prolog cannot carve a 1g there."""
+    slices: Slurm counts one vgpu unit free, the prolog cannot carve a 1g there.
+    Under ``mig`` the node counts no 1g it could carve: c waits, never started."""
     tasks = [task("a", 0, 100, milli=400), task("b", 0, 100, milli=400)]
     tasks.append(task("c", 1, 10, milli=100))
-    result = run(catalogue, "mig", tasks, 1, 1)
+    result = run(catalogue, "mig-blind", tasks, 1, 1, scheduler, requeue_delay=0)
     assert result.frag_requeues == 1
     assert result.wait_mean_s * 3 == 99  # c starts when a and b end, at 100
+    result = run(catalogue, "mig", tasks, 1, 1, scheduler)
+    assert (result.frag_requeues, result.wait_mean_s * 3) == (0, 99)
     assert run(catalogue, "fluid", tasks, 1, 1).wait_mean_s == 0  # no geometry, no wait
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "backfill"])
+def test_a_node_whose_units_are_in_pieces_gets_no_4g_task(
+    catalogue: Catalogue, scheduler: str
+) -> None:
+    """Two nodes of one A100.  Six 1g tasks, one a second, fill node 0's 1g places 6 to
+    1 (the placement packs from the top); those in 5, 3 and 1 end, leaving four units
+    free in pieces (0, 1, 3, 5), where no 4g fits (a 4g sits in 0-3 only).  A vgpu:4
+    task goes to node 1 under ``mig``; ``mig-blind`` starts it on node 0 by its units,
+    and the prolog requeues it."""
+    ones = [task(f"o{n}", n, 10 if n % 2 else 1000, milli=100) for n in range(6)]
+    four = task("four", 20, 100, milli=500)  # 3.5 of 7 slices: vgpu:4
+    for policy, requeued in (("mig", False), ("mig-blind", True)):
+        pool = make_pool(policy, uniform(2, 1, catalogue.get(A100)))
+        replayed = Replay(pool, scheduler, requeue_delay=0, keep_runs=True)
+        replayed.play([*ones, four])
+        runs = {r.task.name: r for r in replayed.runs}
+        assert {r.hold.node for n, r in runs.items() if n != "four"} == {0}
+        freed = [runs[f"o{n}"].hold.instances[0][1].placement.start for n in (1, 3, 5)]
+        assert freed == [5, 3, 1]
+        if requeued:  # again each time a task on node 0 ends and it is let back there
+            assert replayed.requeues >= 1 and runs["four"].start > 20
+        else:
+            assert replayed.requeues == 0
+            assert (runs["four"].start, runs["four"].hold.node) == (20, 1)
 
 
 @pytest.mark.parametrize("scheduler", ["fifo", "backfill"])
@@ -187,12 +217,12 @@ def test_a_requeued_task_waits_slurms_delay_before_it_starts_again(
     requeued at 1, may start again at 121 (a and b ended at 100)."""
     tasks = [task("a", 0, 100, milli=400), task("b", 0, 100, milli=400)]
     tasks.append(task("c", 1, 10, milli=100))
-    result = run(catalogue, "mig", tasks, 1, 1, scheduler, requeue_delay=120)
+    result = run(catalogue, "mig-blind", tasks, 1, 1, scheduler, requeue_delay=120)
     assert (result.frag_requeues, result.wait_mean_s * 3) == (1, 120)
     # Kept off the node that requeued it until a task there ends: a and b run until
     # 200, so c is not started (nor requeued) at 121 but at 200, when they end.
     longer = [task("a", 0, 200, milli=400), task("b", 0, 200, milli=400), tasks[2]]
-    result = run(catalogue, "mig", longer, 1, 1, scheduler, requeue_delay=120)
+    result = run(catalogue, "mig-blind", longer, 1, 1, scheduler, requeue_delay=120)
     assert (result.frag_requeues, result.wait_mean_s * 3) == (1, 199)
 
 
@@ -204,7 +234,7 @@ def test_a_requeued_task_goes_to_another_node_next(catalogue: Catalogue, schedul
     tasks = [task("a", 0, 200, milli=400), task("b", 0, 200, milli=400)]
     tasks.append(task("c", 1, 10, milli=100))
     replayed = Replay(
-        make_pool("mig", uniform(2, 1, catalogue.get(A100))),
+        make_pool("mig-blind", uniform(2, 1, catalogue.get(A100))),
         scheduler,
         requeue_delay=120,
         keep_runs=True,
@@ -213,6 +243,14 @@ def test_a_requeued_task_goes_to_another_node_next(catalogue: Catalogue, schedul
     placed = {r.task.name: (r.start, r.hold.node) for r in replayed.runs}
     assert placed == {"a": (0, 0), "b": (0, 0), "c": (121, 1)}
     assert replayed.requeues == 1
+    # Under mig one pass starts one task on a node (its next): a and b go to a node
+    # each, and c starts at once beside a.
+    pool = make_pool("mig", uniform(2, 1, catalogue.get(A100)))
+    replayed = Replay(pool, scheduler, keep_runs=True)
+    replayed.play(tasks)
+    placed = {r.task.name: (r.start, r.hold.node) for r in replayed.runs}
+    assert placed == {"a": (0, 0), "b": (0, 1), "c": (1, 0)}
+    assert replayed.requeues == 0
 
 
 def test_mig_holds_what_the_rounding_carves(catalogue: Catalogue) -> None:
@@ -282,7 +320,7 @@ def test_a_static_layout_per_gpu_the_last_repeating(catalogue: Catalogue) -> Non
         ("shared:0", "shared:0: expected 1 or more shares per GPU"),
         ("shared:-2", "'-2' is not a whole number"),
         ("whole:2", "whole takes no argument"),
-        ("best", "no policy 'best'; expected one of whole, mig, fluid, mig-static:<...>"),
+        ("best", "no policy 'best'; expected one of whole, mig, mig-blind, fluid, mig-static:"),
     ],
 )
 def test_a_policy_that_cannot_be_modelled_says_what_it_expected(
@@ -409,7 +447,7 @@ def test_the_command_prints_one_row_per_policy(trace: Path) -> None:
     assert lines[0] == f"3 GPU tasks on 1 nodes x 1 {A100}, scheduler fifo"
     assert lines[1].split()[:3] == ["policy", "tasks", "wait"]
     assert [line.split()[0] for line in lines[2:5]] == ["whole", "mig", "fluid"]
-    assert lines[3].split()[-1] == "1"  # mig's fragmentation requeue
+    assert lines[3].split()[-1] == "0"  # mig: the node counts no 1g it could carve
     assert lines[5] == ""
     assert lines[6].startswith(f"energy: {A100} 60 W idle, 400 W busy (busy: NVIDIA A100")
     assert lines[7].split() == ["policy", "energy", "MWh", "empty", "GPU-h", "empty", "MWh"]
@@ -450,7 +488,7 @@ def test_the_command_in_json(trace: Path) -> None:
     assert data["pool"] == [{"nodes": 1, "gpus": 1, "model": A100}]
     assert (data["limit_factor"], data["requeue_delay_s"]) == (1.0, 120)
     [mig] = data["results"]
-    assert mig["policy"] == "mig" and mig["tasks"] == 3 and mig["frag_requeues"] == 1
+    assert mig["policy"] == "mig" and mig["tasks"] == 3 and mig["frag_requeues"] == 0
     for key in ("wait_mean_s", "wait_p95_s", "wait_mean_multi_s", "util"):
         assert isinstance(mig[key], float)
 
@@ -458,7 +496,7 @@ def test_the_command_in_json(trace: Path) -> None:
 @pytest.mark.parametrize(
     ("more", "message"),
     [
-        (["--compare", "whole,best"], "no policy 'best'; expected one of whole, mig, fluid"),
+        (["--compare", "whole,best"], "no policy 'best'; expected one of whole, mig, mig-blind"),
         (["--compare", ","], "--compare ',': no policy; expected some of"),
         (["--compare", "mig-static:3g+3g+3g"], "layout 3g.40gb + 3g.40gb + 3g.40gb does not fit"),
         (["--compare", "shared:x"], "'x' is not a whole number"),

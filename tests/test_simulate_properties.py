@@ -14,12 +14,12 @@ import pytest
 
 from slurmpool.catalogue import Catalogue
 from slurmpool.simulate.energy import power_for
-from slurmpool.simulate.pools import REQUEUED, Hold, MigPool, NodeShape, make_pool
+from slurmpool.simulate.pools import REQUEUED, Hold, MigBlindPool, NodeShape, make_pool
 from slurmpool.simulate.replay import SCHEDULERS, Replay, Run, replay
 from slurmpool.simulate.trace import Task
 
 SEEDS = range(40)
-POLICIES = ("whole", "mig", "fluid", "shared:3", "mig-static")
+POLICIES = ("whole", "mig", "mig-blind", "fluid", "shared:3", "mig-static")
 EVERY_CASE = pytest.mark.parametrize(
     ("seed", "policy", "scheduler"),
     [(s, p, k) for s in SEEDS for p in POLICIES for k in SCHEDULERS],
@@ -135,7 +135,7 @@ def test_no_gpu_ever_holds_more_than_it_has(
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
-@pytest.mark.parametrize("policy", ["mig", "mig-static"])
+@pytest.mark.parametrize("policy", ["mig", "mig-blind", "mig-static"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_mig_instances_sit_where_the_catalogue_allows_and_never_overlap(
     seed: int, policy: str, scheduler: str, catalogue: Catalogue
@@ -168,10 +168,10 @@ def test_a_task_arriving_at_an_idle_pool_starts_at_once(
             assert r.start == r.task.arrival, r.task
 
 
-# Not mig: Slurm counts units, so it keeps starting tasks on the first node whose count
-# fits even when its slices are fragmented and every other node is empty (README).
+# Not mig-blind: Slurm counts units, so it keeps starting tasks on the first node whose
+# count fits even when its slices are fragmented and every other node is empty (README).
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
-@pytest.mark.parametrize("policy", ["whole", "fluid", "shared:3"])
+@pytest.mark.parametrize("policy", ["whole", "mig", "fluid", "shared:3"])
 @pytest.mark.parametrize("seed", range(10))
 def test_on_a_pool_big_enough_nobody_waits(
     seed: int, policy: str, scheduler: str, catalogue: Catalogue
@@ -182,6 +182,25 @@ def test_on_a_pool_big_enough_nobody_waits(
     run.play(tasks)
     assert all(r.start == r.task.arrival for r in run.runs)
     assert run.requeues == 0
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mig_starts_a_task_only_where_its_instances_can_be_carved(
+    seed: int, scheduler: str, catalogue: Catalogue
+) -> None:
+    """What each node publishes is what it can carve, and a pass starts one task on a
+    node before it publishes again: no task is ever requeued, while ``mig-blind``,
+    counting units alone, requeues on some of these traces."""
+    _, _, run = played(seed, "mig", catalogue, scheduler)
+    assert run.requeues == 0
+
+
+def test_the_blind_pool_requeues_on_the_same_traces(catalogue: Catalogue) -> None:
+    """The traces above do fragment: counting units alone, Slurm sends tasks that the
+    prolog cannot carve."""
+    requeues = [played(seed, "mig-blind", catalogue)[2].requeues for seed in SEEDS]
+    assert sum(1 for n in requeues if n) >= len(requeues) // 4, requeues
 
 
 @EVERY_CASE
@@ -202,8 +221,8 @@ def test_energy_lies_between_an_idle_and_a_busy_pool(
     assert 0 <= result.empty_gpu_h <= sum(s.gpus for s in shapes) * hours
 
 
-class LoggedMigPool(MigPool):
-    """``mig`` that notes each requeue: (task, node, tasks ended on the node so far)."""
+class LoggedMigPool(MigBlindPool):
+    """``mig-blind`` that notes each requeue: (task, node, tasks ended on the node so far)."""
 
     def __init__(self, shapes: list[NodeShape]) -> None:
         super().__init__(shapes)

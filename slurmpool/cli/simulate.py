@@ -51,8 +51,8 @@ def _hours(seconds: float) -> str:
     "policies",
     default="whole,mig,fluid",
     show_default=True,
-    help="Policies to replay the trace under, comma-separated: whole, mig, fluid, "
-    "mig-static:LAYOUT (3g+2g+2g on every GPU; 7g/3g+2g+2g: a layout per GPU, the last "
+    help="Policies to replay the trace under, comma-separated: whole, mig, mig-blind, "
+    "fluid, mig-static:LAYOUT (3g+2g+2g on every GPU; 7g/3g+2g+2g: a layout per GPU, the last "
     "repeating) and shared:SHARES (time-sliced shares per GPU).",
 )
 @click.option(
@@ -113,9 +113,11 @@ def simulate(
     print how long they waited and how much of the pool they used.
 
     ``whole`` gives every task whole GPUs; ``mig`` is slurmpool (Slurm counts vgpu
-    units, the prolog carves with the production placement and requeues a task whose
-    node is too fragmented); ``fluid`` is the bound: slices with no geometry;
-    ``mig-static:LAYOUT`` fixed MIG instances; ``shared:SHARES`` time-sliced shares.
+    units and the instances each node publishes that it can carve, and the prolog
+    carves with the production placement); ``mig-blind`` the same with vgpu units
+    alone, so the prolog requeues a task whose node is too fragmented; ``fluid``
+    slices with no geometry; ``mig-static:LAYOUT`` fixed MIG instances;
+    ``shared:SHARES`` time-sliced shares.
     A task a policy cannot run at all (no instance of a static layout holds it) is
     counted as refused.
 

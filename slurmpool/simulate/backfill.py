@@ -3,10 +3,13 @@ each span between the seconds something is due to end, less what the plan has
 already given to the tasks before.
 
 Spans start at the seconds where a count may change: now, each running task's
-time limit, and each reservation's start and end.  A task fits from a span on
-when one of its counters leaves it enough in every span over its time limit;
-the earliest such span is where it starts (now) or what it reserves.  Nothing
-here knows what a count is: the pool says (:meth:`slurmpool.simulate.pools.Pool.counts`).
+time limit, and each reservation's start and end.  A task needs, in each place it
+could go, some of one or more counters at once (a ``mig`` task on a node: vgpu
+units, an instance of its size and the node's ``next``, :mod:`slurmpool.fit`).
+It fits from a span on when one place leaves it enough of each of those counters
+in every span over its time limit; the earliest such span is where it starts
+(now) or what it reserves.  Nothing here knows what a count is: the pool says
+(:meth:`slurmpool.simulate.pools.Pool.counts`).
 """
 
 from __future__ import annotations
@@ -14,18 +17,20 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
-# What a task needs in one place: (counter, how many), such as (a node, 7 vgpu units).
-Need = tuple[int, int]
+# (counter, how many), such as (a node's vgpu units, 7).
+Part = tuple[int, int]
+# What a task needs in one place, all at once: one part or more.
+Need = tuple[Part, ...]
 
 
 class Timeline:
     """The counts free in each span from ``now``, per counter; ``ends`` gives back
-    ``(second, counter, how many)`` at the second a running task's limit ends."""
+    ``(second, need)`` at the second a running task's limit ends."""
 
-    def __init__(self, now: int, free: Sequence[int], ends: Iterable[tuple[int, int, int]]):
-        given: dict[int, list[Need]] = {}
-        for second, counter, count in ends:  # all after now: a limit is never passed
-            given.setdefault(second, []).append((counter, count))
+    def __init__(self, now: int, free: Sequence[int], ends: Iterable[tuple[int, Need]]):
+        given: dict[int, list[Part]] = {}
+        for second, need in ends:  # all after now: a limit is never passed
+            given.setdefault(second, []).extend(need)
         self.starts = [now]  # the second each span starts; the last one never ends
         self.free = [[n] for n in free]  # per counter, per span
         level = list(free)
@@ -39,7 +44,7 @@ class Timeline:
         # seconds, seconds they end at, -1: never), kept while the counter is unchanged
         # (its number of changes, ``changes``, is the same).
         self.changes = [0] * len(self.free)
-        self._runs: dict[Need, tuple[int, list[int], list[int]]] = {}
+        self._runs: dict[Part, tuple[int, list[int], list[int]]] = {}
 
     @property
     def now(self) -> int:
@@ -53,20 +58,43 @@ class Timeline:
         self.starts[0] = max(self.starts[0], now)
         self._runs.clear()  # a run from the first span starts later now
 
-    def earliest(self, needs: Iterable[Need], limit: int) -> tuple[int, int, int] | None:
-        """``(second, counter, how many)``: the first second from which one of ``needs``
-        is free for ``limit`` seconds, the first of ``needs`` at a tie; None when none
-        ever is."""
-        best: tuple[int, int, int] | None = None
-        for counter, count in needs:
-            firsts, ends = self.runs(counter, count)
+    def earliest(self, needs: Iterable[Need], limit: int) -> tuple[int, Need] | None:
+        """``(second, need)``: the first second from which one of ``needs`` is free for
+        ``limit`` seconds, the first of ``needs`` at a tie; None when none ever is."""
+        best: tuple[int, Need] | None = None
+        for need in needs:
+            firsts, ends = self.runs(*need[0]) if len(need) == 1 else self._both(need)
             for first, end in zip(firsts, ends, strict=True):
                 if best is not None and first >= best[0]:
                     break  # no earlier than the best
                 if end < 0 or end - first >= limit:
-                    best = (first, counter, count)
+                    best = (first, need)
                     break
         return best
+
+    def _both(self, need: Need) -> tuple[list[int], list[int]]:
+        """The runs of spans in which every part of ``need`` is free: where the runs of
+        its parts overlap."""
+        firsts, ends = self.runs(*need[0])
+        for part in need[1:]:
+            other_firsts, other_ends = self.runs(*part)
+            out_firsts: list[int] = []
+            out_ends: list[int] = []
+            i = j = 0
+            while i < len(firsts) and j < len(other_firsts):
+                first = max(firsts[i], other_firsts[j])
+                a, b = ends[i], other_ends[j]
+                end = b if a < 0 else a if b < 0 else min(a, b)
+                if end < 0 or first < end:
+                    out_firsts.append(first)
+                    out_ends.append(end)
+                # Step past the run that ends first (a run that never ends is last).
+                if b < 0 or (a >= 0 and a <= b):
+                    i += 1
+                else:
+                    j += 1
+            firsts, ends = out_firsts, out_ends
+        return firsts, ends
 
     def runs(self, counter: int, count: int) -> tuple[list[int], list[int]]:
         """The runs of spans in which ``counter`` has ``count`` free: the second each
@@ -97,14 +125,15 @@ class Timeline:
             return [column[0] for column in self.free]
         return [min(column[:spans]) for column in self.free]
 
-    def take(self, start: int, until: int, counter: int, count: int) -> None:
-        """Give ``count`` of ``counter`` to a task from ``start`` to ``until``."""
+    def take(self, start: int, until: int, need: Need) -> None:
+        """Give ``need`` to a task from ``start`` to ``until``."""
         first = self._cut(start)
         end = self._cut(until)
-        column = self.free[counter]
-        for k in range(first, end):
-            column[k] -= count
-        self.changes[counter] += 1
+        for counter, count in need:
+            column = self.free[counter]
+            for k in range(first, end):
+                column[k] -= count
+            self.changes[counter] += 1
 
     def _cut(self, second: int) -> int:
         """The span that starts at ``second``, splitting the one it falls in."""

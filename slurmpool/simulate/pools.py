@@ -2,18 +2,26 @@
 
 * ``whole``: every task takes whole GPUs (a fraction takes one): the lowest-index
   empty GPUs of the first node that has enough.
-* ``mig``: slurmpool as it runs.  Slurm counts ``vgpu`` units per node and starts
-  the task on the first node with enough free units (nodes of equal weight, in
-  order), its request rounded up as job_submit.lua does (vgpu:5 -> vgpu:7); the
-  prolog then carves with the production rounding
+* ``mig``: slurmpool as it runs.  Slurm counts per node its ``vgpu`` units and,
+  as each MIG-pooled node publishes them (:mod:`slurmpool.fit`, the counts of
+  :func:`slurmpool.fit.node_counts`), the instances of each size it could carve
+  and its ``next``.  A task's request is rounded up as job_submit.lua does
+  (vgpu:5 -> vgpu:7) and asks for its units, the instances they round to
+  (:func:`slurmpool.fit.fit_request`: vgpu:4 -> one ``s4``) and one ``next``;
+  Slurm starts it on the first node (nodes of equal weight, in order) whose
+  counts hold all three.  The prolog then carves with the production rounding
   (:func:`slurmpool.pooling.request.mig_profiles` over
   :func:`slurmpool.configgen.plan.profile_table`) and placement
-  (:func:`slurmpool.pooling.mig.plan_instances`).  When the node's free slices
-  are too fragmented for the instances, the task is requeued, as the prolog
-  does, and kept off that node until a task on it ends (the prolog adds the
-  node to the job's ExcNodeList, the node's epilog takes it out again:
-  :mod:`slurmpool.pooling.exclude`); Slurm's next try takes the first other
-  node whose count fits.
+  (:func:`slurmpool.pooling.mig.plan_instances`), and the node publishes its
+  counts again; Slurm sees them only then (:meth:`Pool.publish`, after the
+  pass that started the task), so a pass starts at most one task on a node.
+* ``mig-blind``: ``mig`` without the published counts: Slurm counts vgpu units
+  alone.  When the node's free slices are too fragmented for the instances,
+  the task is requeued, as the prolog does, and kept off that node until a
+  task on it ends (the prolog adds the node to the job's ExcNodeList, the
+  node's epilog takes it out again: :mod:`slurmpool.pooling.exclude`); Slurm's
+  next try takes the first other node whose count fits.  (``mig`` keeps the
+  same requeue, which its counts leave nothing to do.)
 * ``fluid``: the bound no real GPU reaches: a GPU is a pool of compute slices
   with no geometry.  A task on one GPU goes to the GPU with the fewest free
   slices that suffice (ties: lowest index); a multi-GPU task to the node with
@@ -33,20 +41,24 @@
   are taken.
 
 Each pool answers :meth:`Pool.try_start` with a :class:`Hold` (the task runs),
-``None`` (it does not fit now, on any node), :data:`REQUEUED` (``mig`` only:
-Slurm started it and the prolog sent it back) or :data:`KEPT_OFF` (``mig``
-only: the nodes it would fit are those it is kept off).
+``None`` (it does not fit now, on any node), :data:`REQUEUED` (``mig`` and
+``mig-blind``: Slurm started it and the prolog sent it back) or :data:`KEPT_OFF`
+(the same two: the nodes it would fit are those it is kept off).
 
 A backfill scheduler plans as Slurm does, on counts: each pool says what it
 counts free on each node (:meth:`Pool.counts`: empty GPUs under ``whole``,
-vgpu units under ``mig`` as Slurm's gres count does, instances of each size
-under ``mig-static``, slices under ``fluid``, shares under ``shared``), what a
-task needs of them (:meth:`Pool.needs`) and what a hold takes
-(:meth:`Pool.counted`).  A start is then given ``room``, the counts the plan
-leaves over the task's time limit, and places only on a node whose room holds
-its need; where on the node (which GPU, which slices) is the pool's own rule,
-as the prolog's is.  Under ``fluid`` and ``shared`` a node's count can hold a
-task that no one of its GPUs has room for: the plan is Slurm's, on counts.
+vgpu units under ``mig-blind`` as Slurm's gres count does, those and the
+published counts under ``mig``, instances of each size under ``mig-static``,
+slices under ``fluid``, shares under ``shared``), what a task needs of them
+(:meth:`Pool.needs`: one count or more, all at once) and what a hold takes
+(:meth:`Pool.counted`).  Under ``mig`` a running task gives back, at its limit,
+what Slurm gave it; Slurm does not know that the slices it frees may make room
+for an instance of another size, nor plans on counts a node has not published.
+A start is then given ``room``, the counts the plan leaves over the task's time
+limit, and places only on a node whose room holds its need; where on the node
+(which GPU, which slices) is the pool's own rule, as the prolog's is.  Under
+``fluid`` and ``shared`` a node's count can hold a task that no one of its GPUs
+has room for: the plan is Slurm's, on counts.
 """
 
 from __future__ import annotations
@@ -59,6 +71,7 @@ from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from slurmpool.catalogue import CatalogueError
 from slurmpool.configgen.plan import profile_table
+from slurmpool.fit import NEXT_TYPE, fit_request, fit_sizes, fit_type, node_counts
 from slurmpool.placement import GpuOccupancy, PlacedInstance, engine_for
 from slurmpool.pooling.mig import plan_instances
 from slurmpool.pooling.request import mig_profiles
@@ -154,7 +167,12 @@ class Pool(Protocol):
         ...
 
     def counted(self, hold: Hold) -> Need:
-        """(counter, how many) ``hold`` takes."""
+        """What of the counts ``hold`` takes."""
+        ...
+
+    def publish(self) -> bool:
+        """The prologs of the tasks started since the last call tell Slurm what their nodes
+        count now (``mig``); True if any did, so that Slurm schedules again."""
         ...
 
 
@@ -180,6 +198,9 @@ class _Nodes:
 
     def runs(self, task: Task) -> bool:
         return True
+
+    def publish(self) -> bool:
+        return False
 
     def check(self, task: Task) -> None:
         most = max(s.gpus for s in self.shapes)
@@ -232,10 +253,10 @@ class WholePool(_Nodes):
         return [mask.bit_count() for mask in self.empty]
 
     def needs(self, task: Task) -> list[Need]:
-        return [(n, task.gpus) for n, s in enumerate(self.shapes) if s.gpus >= task.gpus]
+        return [((n, task.gpus),) for n, s in enumerate(self.shapes) if s.gpus >= task.gpus]
 
     def counted(self, hold: Hold) -> Need:
-        return hold.node, len(hold.gpus)
+        return ((hold.node, len(hold.gpus)),)
 
 
 class _Counted(_Nodes):
@@ -260,10 +281,12 @@ class _Counted(_Nodes):
         return [sum(gpus) for gpus in self.free]
 
     def needs(self, task: Task) -> list[Need]:
-        return [(n, self._need(n, task)) for n, s in enumerate(self.shapes) if s.gpus >= task.gpus]
+        return [
+            ((n, self._need(n, task)),) for n, s in enumerate(self.shapes) if s.gpus >= task.gpus
+        ]
 
     def counted(self, hold: Hold) -> Need:
-        return hold.node, hold.units * len(hold.gpus)
+        return ((hold.node, hold.units * len(hold.gpus)),)
 
     def _need(self, node: int, task: Task) -> int:
         """What ``task`` takes of ``node``'s count."""
@@ -318,8 +341,12 @@ class FluidPool(_Counted):
         return hold
 
 
-class MigPool(_Nodes):
-    name = "mig"
+class MigBlindPool(_Nodes):
+    """``mig-blind``: Slurm counts vgpu units only (slurmpool before its nodes published
+    what they can carve, :mod:`slurmpool.fit`), and the prolog requeues a task it cannot
+    carve."""
+
+    name = "mig-blind"
 
     def __init__(self, shapes: Sequence[NodeShape]) -> None:
         super().__init__(shapes)
@@ -333,6 +360,17 @@ class MigPool(_Nodes):
         # The nodes a requeued task is kept off (by id(task)), and the reverse.
         self.kept_off: dict[int, set[int]] = {}
         self.keeping_off: list[set[int]] = [set() for _ in self.shapes]
+
+    def _slices_of(self, shape: NodeShape) -> Callable[[int], int | None]:
+        """The compute slices of the profile a ``vgpu:n`` request gets on one GPU of
+        ``shape`` (the production rounding), None where none does."""
+        table = self._tables[shape.model.name]
+
+        def slices_of(n: int) -> int | None:
+            name = table.get(str(n))
+            return None if name is None else shape.model.gi_profile(name).slices
+
+        return slices_of
 
     def _request(self, shape: NodeShape, task: Task) -> tuple[int, tuple[str, ...]]:
         """(vgpu units Slurm counts, the instances the prolog carves) for ``task`` on a node
@@ -350,16 +388,19 @@ class MigPool(_Nodes):
             requests = self._requests[key] = [self._request(s, task) for s in self.shapes]
         return requests
 
+    def _fits(self, node: int, units: int, room: Sequence[int] | None) -> bool:
+        """Whether Slurm's counts (``room`` where a plan gives them) hold a task of
+        ``units`` on ``node``."""
+        return (self.units if room is None else room)[node] >= units
+
     def try_start(
         self, task: Task, room: Sequence[int] | None = None
     ) -> Hold | Literal["requeued", "kept off"] | None:
         requests = self._requests_for(task)
-        # Slurm counts the room its plan leaves; the prolog carves among what runs.
-        free = self.units if room is None else room
         off = self.kept_off.get(id(task), ())
         fits = False
         for node, request in enumerate(requests):
-            if free[node] >= request[0]:
+            if self._fits(node, request[0], room):
                 fits = True
                 if node not in off:
                     break
@@ -412,13 +453,142 @@ class MigPool(_Nodes):
     def needs(self, task: Task) -> list[Need]:
         off = self.kept_off.get(id(task), ())  # the job's ExcNodeList
         return [
-            (n, units)
+            ((n, units),)
             for n, (units, _) in enumerate(self._requests_for(task))
             if units <= self.shapes[n].gpus * self.shapes[n].slices and n not in off
         ]
 
     def counted(self, hold: Hold) -> Need:
-        return hold.node, hold.units
+        return ((hold.node, hold.units),)
+
+
+class MigPool(MigBlindPool):
+    """``mig``: slurmpool as it runs.  Beside its vgpu units each node counts, for Slurm,
+    the instances of each size it could carve and its ``next`` (:mod:`slurmpool.fit`,
+    with the counts the hooks publish: :func:`slurmpool.fit.node_counts`); a task asks
+    for its units, the instances its request rounds to (:func:`slurmpool.fit.fit_request`)
+    and one ``next``.  Slurm uses them up as it starts tasks; a node's counts change
+    only when the node publishes: :meth:`publish` for the prologs of the tasks a pass
+    started, :meth:`release` for an epilog."""
+
+    name = "mig"
+
+    def __init__(self, shapes: Sequence[NodeShape]) -> None:
+        super().__init__(shapes)
+        # Per node: the fit sizes its requests round to, and the first of its counters:
+        # its vgpu units, then one per size, then its next.
+        self.sizes = [fit_sizes(s.slices, self._slices_of(s)) for s in self.shapes]
+        self.first = list(itertools.accumulate((len(z) + 2 for z in self.sizes), initial=0))
+        # What Slurm counts free, per counter: what the node published less what Slurm
+        # gave the tasks it started there.
+        self.free: list[int] = []
+        # Per node: what it published last (its sizes, then next), the instances of each
+        # size its tasks hold and how many tasks it runs.
+        self.published: list[list[int]] = []
+        self.held: list[dict[int, int]] = [{} for _ in self.shapes]
+        self.jobs = [0] * len(self.shapes)
+        for node, shape in enumerate(self.shapes):
+            counts = self._node_counts(node)
+            self.published.append(counts)
+            self.free.extend([shape.gpus * shape.slices, *counts])
+        self.dirty: set[int] = set()  # nodes whose prologs have not published yet
+        # (node, vgpu units) -> what a task of those units asks of Slurm there.
+        self._needs: dict[tuple[int, int], Need | None] = {}
+
+    def _node_counts(self, node: int) -> list[int]:
+        """What ``node`` publishes now: its count of each size, then its next."""
+        sizes = self.sizes[node]
+        counts = node_counts(self.gpus[node], sizes, self.held[node], self.jobs[node])
+        return [*(counts[fit_type(s)] for s in sizes), counts[NEXT_TYPE]]
+
+    def _need(self, node: int, units: int) -> Need | None:
+        """What a task of ``units`` vgpu units asks of Slurm on ``node``: the units, the
+        instances they round to and one next (as job_submit.lua asks); None where no
+        instance of a size the node counts holds it."""
+        key = (node, units)
+        if key in self._needs:
+            return self._needs[key]
+        shape = self.shapes[node]
+        fit = fit_request(units, shape.slices, self._slices_of(shape))
+        need: Need | None = None
+        if fit is not None and fit[0] in self.sizes[node]:
+            size, count = fit
+            first = self.first[node]
+            need = (
+                (first, units),
+                (first + 1 + self.sizes[node].index(size), count),
+                (first + 1 + len(self.sizes[node]), 1),
+            )
+        self._needs[key] = need
+        return need
+
+    def _fits(self, node: int, units: int, room: Sequence[int] | None) -> bool:
+        need = self._need(node, units)
+        if need is None:
+            return False
+        free = self.free if room is None else room
+        return all(free[counter] >= count for counter, count in need)
+
+    def occupy(self, hold: Hold) -> None:
+        super().occupy(hold)
+        node = hold.node
+        for counter, count in self.counted(hold):
+            self.free[counter] -= count
+        size = self._size(hold)
+        self.held[node][size] = self.held[node].get(size, 0) + len(hold.instances)
+        self.jobs[node] += 1
+        self.dirty.add(node)
+
+    def release(self, hold: Hold) -> None:
+        """Slurm gives back what it counted of the task, and the epilog publishes the
+        node's counts before Slurm starts anything there: Slurm starts no job on a node
+        whose epilog runs (a COMPLETING node: ``cg_node_bitmap`` in node_scheduler.c and
+        backfill.c, 22.05, 24.11 and 26.05)."""
+        super().release(hold)
+        node = hold.node
+        for counter, count in self.counted(hold):
+            self.free[counter] += count
+        size = self._size(hold)
+        self.held[node][size] -= len(hold.instances)
+        self.jobs[node] -= 1
+        self._publish(node)
+
+    def publish(self) -> bool:
+        if not self.dirty:
+            return False
+        for node in self.dirty:
+            self._publish(node)
+        self.dirty.clear()
+        return True
+
+    def _publish(self, node: int) -> None:
+        counts = self._node_counts(node)
+        first = self.first[node] + 1
+        for k, (new, old) in enumerate(zip(counts, self.published[node], strict=True)):
+            self.free[first + k] += new - old
+        self.published[node] = counts
+
+    def _size(self, hold: Hold) -> int:
+        """The instance size (compute slices) ``hold``'s instances have: all one size."""
+        return self.shapes[hold.node].model.gi_profile(hold.instances[0][1].profile).slices
+
+    def counts(self) -> list[int]:
+        return list(self.free)
+
+    def needs(self, task: Task) -> list[Need]:
+        off = self.kept_off.get(id(task), ())  # the job's ExcNodeList
+        needs: list[Need] = []
+        for n, (units, _) in enumerate(self._requests_for(task)):
+            need = self._need(n, units)
+            shape = self.shapes[n]
+            if need is not None and n not in off and units <= shape.gpus * shape.slices:
+                needs.append(need)
+        return needs
+
+    def counted(self, hold: Hold) -> Need:
+        need = self._need(hold.node, hold.units)
+        assert need is not None  # it started
+        return need
 
 
 class StaticMigPool(_Nodes):
@@ -526,12 +696,12 @@ class StaticMigPool(_Nodes):
                 continue
             counter = self._counter(node, size)
             if self.capacity[counter] >= task.gpus:
-                needs.append((counter, task.gpus))
+                needs.append(((counter, task.gpus),))
         return needs
 
     def counted(self, hold: Hold) -> Need:
         size = self.slots[hold.node][hold.slots[0]][2]
-        return self._counter(hold.node, size), len(hold.slots)
+        return ((self._counter(hold.node, size), len(hold.slots)),)
 
 
 def _carve(model: GpuModel, layout: Sequence[str]) -> list[PlacedInstance]:
@@ -595,6 +765,7 @@ class SharedPool(_Counted):
 POLICIES: dict[str, str | None] = {
     "whole": None,
     "mig": None,
+    "mig-blind": None,
     "fluid": None,
     "mig-static": "a MIG layout such as 3g+2g+2g, or 7g/3g+2g+2g per GPU",
     "shared": "the shares of each GPU, such as 4",
@@ -617,6 +788,8 @@ def make_pool(policy: str, shapes: Sequence[NodeShape]) -> Pool:
         return WholePool(shapes)
     if name == "mig":
         return MigPool(shapes)
+    if name == "mig-blind":
+        return MigBlindPool(shapes)
     if name == "fluid":
         return FluidPool(shapes)
     if name == "mig-static":

@@ -7,11 +7,15 @@ Scheduler ``fifo``, defined so that results compare with published replays:
   FIFO queue;
 * after every batch of completions (all those of one second) the queue is
   scanned in order and every task that fits starts;
-* a task the ``mig`` pool requeues (Slurm started it on fragmented slices)
-  stays in its place in the queue, kept off that node until a task there ends
-  (:class:`slurmpool.simulate.pools.MigPool`), and may start again ``requeue_delay``
-  seconds later (:data:`REQUEUE_DELAY_S`, what Slurm waits), when the queue is
-  scanned again; with no delay, at the next scan.
+* a task the ``mig-blind`` pool requeues (Slurm started it on fragmented
+  slices) stays in its place in the queue, kept off that node until a task
+  there ends (:class:`slurmpool.simulate.pools.MigBlindPool`), and may start
+  again ``requeue_delay`` seconds later (:data:`REQUEUE_DELAY_S`, what Slurm
+  waits), when the queue is scanned again; with no delay, at the next scan;
+* under ``mig`` the prologs of the tasks a scan started publish their nodes'
+  counts (:meth:`slurmpool.simulate.pools.Pool.publish`), and slurmctld,
+  which queues a scheduling pass on a node update, scans again in the same
+  second (a prolog takes no time here), until a scan starts nothing.
 
 Scheduler ``backfill``, as Slurm's backfill does it: at every second
 something ends or a requeued task may start again, a pass takes the queued
@@ -25,9 +29,11 @@ which keeps a multi-GPU task from waiting on every fraction that arrives
 after it.  A task that arrives when nothing else changed is planned after
 the others, on the pass's plan.  Up to :data:`BF_MAX_JOB_TEST` waiting tasks
 are planned in one pass; the rest wait for the next.  Where the counts fit
-now but the pool cannot place the task (``mig``: the prolog requeues it;
+now but the pool cannot place the task (``mig-blind``: the prolog requeues it;
 ``fluid`` and ``shared``: no one GPU has the room), it reserves nothing and
-is planned again in the next pass.  A task's time limit is its duration
+is planned again in the next pass.  Under ``mig``, as under ``fifo``, the
+prologs of the tasks a pass started publish their nodes' counts, and a new
+pass follows in the same second.  A task's time limit is its duration
 times ``--limit-factor`` (1: users who know exactly how long they run).
 Reservations reach as far ahead as they need: a site sets Slurm's
 ``bf_window`` to at least its longest time limit, as the slurm.conf manual
@@ -256,6 +262,8 @@ class Replay:
                     self._backfill(now)
                 elif arrived:  # nothing else changed: the last pass's plan still holds
                     self._backfill(now, again=False)
+                while self.pool.publish():  # the prologs' updates: Slurm schedules again
+                    self._backfill(now)
             else:
                 if ended:
                     self._scan(now)
@@ -265,6 +273,8 @@ class Replay:
                     if not isinstance(self._start(nxt, now), Run):
                         self.queue.append(nxt)
                     nxt = next(arrivals, None)
+                while self.pool.publish():
+                    self._scan(now)
 
     def _arrivals(self, tasks: Iterable[Task]) -> Iterator[Task]:
         """The tasks the pool can run, each given its place in the trace; an iterator's
@@ -381,7 +391,7 @@ class Replay:
         not ``again``, the last pass goes on with the tasks that arrived since."""
         if again or self.plan is None:
             pool, limit_of = self.pool, self.limit
-            ends = [(r.start + limit_of(r.task), *pool.counted(r.hold)) for _, _, r in self.running]
+            ends = [(r.start + limit_of(r.task), pool.counted(r.hold)) for _, _, r in self.running]
             self.plan = Timeline(now, pool.counts(), ends)
             self.planned = self.tested = 0
         else:
@@ -398,7 +408,7 @@ class Replay:
             if first is not None and first[0] == now:
                 outcome = self._start(task, now, plan.room(now + limit))
                 if isinstance(outcome, Run):
-                    plan.take(now, now + limit, *self.pool.counted(outcome.hold))
+                    plan.take(now, now + limit, self.pool.counted(outcome.hold))
                     continue
                 # Slurm's counts fit and the pool would not place it (mig: the prolog
                 # requeued it; fluid, shared: no one GPU has room): it reserves nothing
@@ -407,8 +417,8 @@ class Replay:
             self.tested += 1
             left.append(task)
             if first is not None:
-                second, counter, count = first
-                plan.take(second, second + limit, counter, count)
+                second, need = first
+                plan.take(second, second + limit, need)
         self.queue = left
         self.planned = len(left)
 

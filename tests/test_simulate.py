@@ -155,6 +155,37 @@ def test_backfill_reserves_for_every_waiting_task_not_just_the_first(
     assert starts == {"a": (0, 0), "b": (0, 1), "c": (100, 0), "d": (200, 1), "e": (210, 1)}
 
 
+@pytest.mark.parametrize("policy", ["fluid", "shared:7"])
+def test_backfill_plans_a_fraction_on_the_gpu_that_will_hold_it(
+    catalogue: Catalogue, policy: str
+) -> None:
+    """Slurm counts each GPU's slices (or shares) apart, as it counts shards.  One node of
+    two A100s: a holds 5 slices of GPU 0 until 100, b 4 of GPU 1 until 200.  c (6
+    slices) fits no GPU and reserves GPU 0 from 100; d (3) fits GPU 1 now; e (2 slices,
+    150 s) would fit GPU 0 now but would leave c 5 at 100, so it waits until c ends.
+    (Counted per node, c's 6 of the node's 5 free would reserve nothing, and e would
+    start at once and hold c back until 153.)"""
+    tasks = [
+        task("a", 0, 100, milli=700),
+        task("b", 0, 200, milli=550),
+        task("c", 1, 50, milli=850),
+        task("d", 2, 150, milli=400),
+        task("e", 3, 150, milli=250),
+    ]
+    replayed = Replay(
+        make_pool(policy, uniform(1, 2, catalogue.get(A100))), "backfill", keep_runs=True
+    )
+    replayed.play(tasks)
+    starts = {r.task.name: (r.start, r.hold.gpus) for r in replayed.runs}
+    assert starts == {
+        "a": (0, (0,)),
+        "b": (0, (1,)),
+        "c": (100, (0,)),
+        "d": (2, (1,)),
+        "e": (150, (0,)),
+    }
+
+
 def test_backfill_trusts_limits_not_durations(catalogue: Catalogue) -> None:
     """Limits twice the durations: b's reservation is at a's limit, 200 (a really ends
     at 100 and b starts then); c's limit ends at 102, before 200, so c backfills."""

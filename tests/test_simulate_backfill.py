@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurmpool.simulate.backfill import Timeline
+from slurmpool.simulate.backfill import AnyOf, Timeline
 
 
 def test_counts_come_back_when_each_limit_ends() -> None:
@@ -74,3 +74,17 @@ def test_a_need_of_several_counts_fits_where_all_of_them_are_free_for_its_limit(
     plan.take(60, 100, both)
     assert plan.free == [[1, 1, 0, 0, 1], [0, 1, 1, 0, 1]]
     assert plan.starts == [0, 20, 30, 60, 100]
+
+
+def test_any_k_of_several_counts_fit_from_the_first_second_k_of_them_are_free() -> None:
+    """Three GPUs of one node: GPU 0 free from 50, GPU 1 from 20 until 40 and from 80,
+    GPU 2 from 30.  Two whole GPUs for 30 s: from 50 (GPUs 0 and 2; GPU 1 is taken
+    again at 40); for 10 s, from 30 (GPUs 1 and 2)."""
+    plan = Timeline(0, [0, 0, 0], [(50, ((0, 1),)), (20, ((1, 1),)), (30, ((2, 1),))])
+    plan.take(40, 80, ((1, 1),))
+    two = AnyOf(2, ((0, 1), (1, 1), (2, 1)))
+    assert plan.earliest([two], 30) == (50, ((0, 1), (2, 1)))
+    assert plan.earliest([two], 10) == (30, ((1, 1), (2, 1)))
+    assert plan.earliest([AnyOf(4, two.parts)], 10) is None
+    # An earlier place among the needs wins over a later k-of.
+    assert plan.earliest([((1, 1),), two], 10) == (20, ((1, 1),))

@@ -6,9 +6,11 @@ Spans start at the seconds where a count may change: now, each running task's
 time limit, and each reservation's start and end.  A task needs, in each place it
 could go, some of one or more counters at once (a ``mig`` task on a node: vgpu
 units, an instance of its size and the node's ``next``, :mod:`slurmpool.fit`).
-It fits from a span on when one place leaves it enough of each of those counters
-in every span over its time limit; the earliest such span is where it starts
-(now) or what it reserves.  Nothing here knows what a count is: the pool says
+Or it needs any ``k`` of some counters (:class:`AnyOf`: a task of k whole GPUs
+on a node that counts each GPU apart).  It fits from a span on when one place
+leaves it enough of each of those counters in every span over its time limit;
+the earliest such span is where it starts (now) or what it reserves.  Nothing
+here knows what a count is: the pool says
 (:meth:`slurmpool.simulate.pools.Pool.counts`).
 """
 
@@ -16,11 +18,21 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 # (counter, how many), such as (a node's vgpu units, 7).
 Part = tuple[int, int]
 # What a task needs in one place, all at once: one part or more.
 Need = tuple[Part, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    """Any ``k`` of ``parts`` at once, whichever they are: k GPUs of a node, each with
+    its count free."""
+
+    k: int
+    parts: tuple[Part, ...]
 
 
 class Timeline:
@@ -58,11 +70,17 @@ class Timeline:
         self.starts[0] = max(self.starts[0], now)
         self._runs.clear()  # a run from the first span starts later now
 
-    def earliest(self, needs: Iterable[Need], limit: int) -> tuple[int, Need] | None:
+    def earliest(self, needs: Iterable[Need | AnyOf], limit: int) -> tuple[int, Need] | None:
         """``(second, need)``: the first second from which one of ``needs`` is free for
-        ``limit`` seconds, the first of ``needs`` at a tie; None when none ever is."""
+        ``limit`` seconds, the first of ``needs`` at a tie; None when none ever is.  For
+        an :class:`AnyOf`, ``need`` is the parts chosen: the first ``k`` free then."""
         best: tuple[int, Need] | None = None
         for need in needs:
+            if isinstance(need, AnyOf):
+                found = self._any_of(need, limit, None if best is None else best[0])
+                if found is not None:
+                    best = found
+                continue
             firsts, ends = self.runs(*need[0]) if len(need) == 1 else self._both(need)
             for first, end in zip(firsts, ends, strict=True):
                 if best is not None and first >= best[0]:
@@ -71,6 +89,23 @@ class Timeline:
                     best = (first, need)
                     break
         return best
+
+    def _any_of(self, want: AnyOf, limit: int, before: int | None) -> tuple[int, Need] | None:
+        """The first second, before ``before``, from which ``want.k`` of its parts are
+        free for ``limit`` seconds, and those parts.  Parts join only where a run of
+        theirs starts, so the first such second is one of those."""
+        runs = [(part, *self.runs(*part)) for part in want.parts]
+        for t in sorted({first for _, firsts, _ in runs for first in firsts}):
+            if before is not None and t >= before:
+                return None
+            chosen: list[Part] = []
+            for part, firsts, ends in runs:
+                k = bisect.bisect_right(firsts, t) - 1
+                if k >= 0 and (ends[k] < 0 or ends[k] - t >= limit):
+                    chosen.append(part)
+                    if len(chosen) == want.k:
+                        return t, tuple(chosen)
+        return None
 
     def _both(self, need: Need) -> tuple[list[int], list[int]]:
         """The runs of spans in which every part of ``need`` is free: where the runs of

@@ -49,16 +49,15 @@ A backfill scheduler plans as Slurm does, on counts: each pool says what it
 counts free on each node (:meth:`Pool.counts`: empty GPUs under ``whole``,
 vgpu units under ``mig-blind`` as Slurm's gres count does, those and the
 published counts under ``mig``, instances of each size under ``mig-static``,
-slices under ``fluid``, shares under ``shared``), what a task needs of them
-(:meth:`Pool.needs`: one count or more, all at once) and what a hold takes
+each GPU's slices under ``fluid`` and its shares under ``shared``, as Slurm
+counts shards), what a task needs of them (:meth:`Pool.needs`: one count or
+more, all at once, or any k GPUs of a node) and what a hold takes
 (:meth:`Pool.counted`).  Under ``mig`` a running task gives back, at its limit,
 what Slurm gave it; Slurm does not know that the slices it frees may make room
 for an instance of another size, nor plans on counts a node has not published.
 A start is then given ``room``, the counts the plan leaves over the task's time
 limit, and places only on a node whose room holds its need; where on the node
-(which GPU, which slices) is the pool's own rule, as the prolog's is.  Under
-``fluid`` and ``shared`` a node's count can hold a task that no one of its GPUs
-has room for: the plan is Slurm's, on counts.
+(which GPU, which slices) is the pool's own rule, as the prolog's is.
 """
 
 from __future__ import annotations
@@ -75,7 +74,7 @@ from slurmpool.fit import NEXT_TYPE, fit_request, fit_sizes, fit_type, node_coun
 from slurmpool.placement import GpuOccupancy, PlacedInstance, engine_for
 from slurmpool.pooling.mig import plan_instances
 from slurmpool.pooling.request import mig_profiles
-from slurmpool.simulate.backfill import Need
+from slurmpool.simulate.backfill import AnyOf, Need
 from slurmpool.simulate.trace import Task
 
 if TYPE_CHECKING:
@@ -161,9 +160,9 @@ class Pool(Protocol):
         size)."""
         ...
 
-    def needs(self, task: Task) -> list[Need]:
-        """What ``task`` needs of the counts in each place it could go (a node), in the
-        pool's order."""
+    def needs(self, task: Task) -> Sequence[Need | AnyOf]:
+        """What ``task`` needs of the counts in each place it could go (a node, or a GPU),
+        in the pool's order."""
         ...
 
     def counted(self, hold: Hold) -> Need:
@@ -261,13 +260,17 @@ class WholePool(_Nodes):
 
 class _Counted(_Nodes):
     """A pool that counts what is free on each GPU (fluid: slices; shared: shares); a
-    hold takes ``units`` of each of its GPUs.  Its counters are its nodes, each the
-    sum of its GPUs."""
+    hold takes ``units`` of each of its GPUs.  Its counters are its GPUs, as Slurm
+    counts a GRES whose units belong to one GPU each (shards): a task of one GPU needs
+    its part of one GPU's count, a task of k GPUs the whole count of k GPUs of a node."""
 
     def __init__(self, shapes: Sequence[NodeShape], each: Callable[[NodeShape], int]) -> None:
         """``each``: what one GPU of a node of that shape has."""
         super().__init__(shapes)
+        self.full = [each(s) for s in self.shapes]  # per node: what one GPU has
         self.free = [[each(s)] * s.gpus for s in self.shapes]  # per node, per GPU
+        # Per node, the counter of its first GPU.
+        self.first = list(itertools.accumulate((s.gpus for s in self.shapes), initial=0))
 
     def occupy(self, hold: Hold) -> None:
         for g in hold.gpus:
@@ -278,26 +281,42 @@ class _Counted(_Nodes):
             self.free[hold.node][g] += hold.units
 
     def counts(self) -> list[int]:
-        return [sum(gpus) for gpus in self.free]
+        return [free for gpus in self.free for free in gpus]
 
-    def needs(self, task: Task) -> list[Need]:
-        return [
-            ((n, self._need(n, task)),) for n, s in enumerate(self.shapes) if s.gpus >= task.gpus
-        ]
+    def needs(self, task: Task) -> list[Need | AnyOf]:
+        needs: list[Need | AnyOf] = []
+        for node, shape in enumerate(self.shapes):
+            if shape.gpus < task.gpus:
+                continue
+            each, first = self._each(node, task), self.first[node]
+            if task.gpus == 1:
+                needs.extend(((first + g, each),) for g in range(shape.gpus))
+            else:
+                needs.append(AnyOf(task.gpus, tuple((first + g, each) for g in range(shape.gpus))))
+        return needs
 
     def counted(self, hold: Hold) -> Need:
-        return ((hold.node, hold.units * len(hold.gpus)),)
+        first = self.first[hold.node]
+        return tuple((first + g, hold.units) for g in hold.gpus)
 
-    def _need(self, node: int, task: Task) -> int:
-        """What ``task`` takes of ``node``'s count."""
+    def _each(self, node: int, task: Task) -> int:
+        """What ``task`` takes of each of its GPUs' counts on ``node``."""
         raise NotImplementedError
 
-    def _nodes(self, task: Task, room: Sequence[int] | None) -> list[int]:
-        """The nodes whose ``room`` holds ``task`` (all of them with no room)."""
-        nodes = range(len(self.shapes))
-        if room is None:
-            return list(nodes)
-        return [n for n in nodes if self._need(n, task) <= room[n]]
+    def _usable(self, task: Task, room: Sequence[int] | None) -> list[list[int]]:
+        """Per node, the GPUs that have ``task``'s part free, within ``room`` (per GPU, as
+        :meth:`counts`) where a plan gives it."""
+        usable: list[list[int]] = []
+        for node, gpus in enumerate(self.free):
+            each, first = self._each(node, task), self.first[node]
+            usable.append(
+                [
+                    g
+                    for g, free in enumerate(gpus)
+                    if free >= each and (room is None or room[first + g] >= each)
+                ]
+            )
+        return usable
 
 
 class FluidPool(_Counted):
@@ -306,17 +325,18 @@ class FluidPool(_Counted):
     def __init__(self, shapes: Sequence[NodeShape]) -> None:
         super().__init__(shapes, lambda shape: shape.slices)
 
-    def _need(self, node: int, task: Task) -> int:
-        return self.shapes[node].demand(task)
+    def _each(self, node: int, task: Task) -> int:
+        shape = self.shapes[node]
+        return shape.demand(task) if task.gpus == 1 else shape.slices
 
     def try_start(self, task: Task, room: Sequence[int] | None = None) -> Hold | None:
-        nodes = self._nodes(task, room)
+        usable = self._usable(task, room)
         if task.gpus == 1:
             best: tuple[int, int, int] | None = None  # (free, node, gpu)
-            for node in nodes:
-                need = self.shapes[node].demand(task)
-                for g, free in enumerate(self.free[node]):
-                    if need <= free and (best is None or free < best[0]):
+            for node, gpus in enumerate(usable):
+                for g in gpus:
+                    free = self.free[node][g]
+                    if best is None or free < best[0]:
                         best = (free, node, g)
             if best is None:
                 return None
@@ -326,16 +346,14 @@ class FluidPool(_Counted):
             self.occupy(hold)
             return hold
         choice: tuple[int, int] | None = None  # (empty GPUs, node)
-        for node in nodes:
-            full = self.shapes[node].slices
-            empty = sum(1 for free in self.free[node] if free == full)
-            if empty >= task.gpus and (choice is None or empty < choice[0]):
-                choice = (empty, node)
+        for node, gpus in enumerate(usable):
+            if len(gpus) >= task.gpus and (choice is None or len(gpus) < choice[0]):
+                choice = (len(gpus), node)
         if choice is None:
             return None
         node = choice[1]
         full = self.shapes[node].slices
-        chosen = tuple(g for g, free in enumerate(self.free[node]) if free == full)[: task.gpus]
+        chosen = tuple(usable[node][: task.gpus])
         hold = Hold(node, chosen, task.gpus * full, task.gpus * full, units=full)
         self.occupy(hold)
         return hold
@@ -732,32 +750,24 @@ class SharedPool(_Counted):
         self.name = f"shared:{shares}"
         self.shares = shares
 
-    def _need(self, node: int, task: Task) -> int:
+    def _each(self, node: int, task: Task) -> int:
         total = self.shares
-        return min(total, -(-total * task.milli // 1000)) if task.fraction else task.gpus * total
+        return min(total, -(-total * task.milli // 1000)) if task.fraction else total
 
     def try_start(self, task: Task, room: Sequence[int] | None = None) -> Hold | None:
         total = self.shares
-        nodes = self._nodes(task, room)
-        if task.fraction:
-            need = self._need(0, task)
-            for node in nodes:
-                for g, free in enumerate(self.free[node]):
-                    if free >= need:
-                        shape = self.shapes[node]
-                        hold = Hold(
-                            node, (g,), shape.demand(task), shape.slices * need / total, need
-                        )
-                        self.occupy(hold)
-                        return hold
-            return None
-        for node in nodes:
-            empty = [g for g, free in enumerate(self.free[node]) if free == total]
-            if len(empty) >= task.gpus:
-                whole = task.gpus * self.shapes[node].slices
-                hold = Hold(node, tuple(empty[: task.gpus]), whole, whole, total)
-                self.occupy(hold)
-                return hold
+        for node, gpus in enumerate(self._usable(task, room)):
+            if len(gpus) < task.gpus:
+                continue
+            shape = self.shapes[node]
+            if task.fraction:
+                need = self._each(node, task)
+                hold = Hold(node, (gpus[0],), shape.demand(task), shape.slices * need / total, need)
+            else:
+                whole = task.gpus * shape.slices
+                hold = Hold(node, tuple(gpus[: task.gpus]), whole, whole, total)
+            self.occupy(hold)
+            return hold
         return None
 
 

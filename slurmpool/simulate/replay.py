@@ -29,11 +29,10 @@ which keeps a multi-GPU task from waiting on every fraction that arrives
 after it.  A task that arrives when nothing else changed is planned after
 the others, on the pass's plan.  Up to :data:`BF_MAX_JOB_TEST` waiting tasks
 are planned in one pass; the rest wait for the next.  Where the counts fit
-now but the pool cannot place the task (``mig-blind``: the prolog requeues it;
-``fluid`` and ``shared``: no one GPU has the room), it reserves nothing and
-is planned again in the next pass.  Under ``mig``, as under ``fifo``, the
-prologs of the tasks a pass started publish their nodes' counts, and a new
-pass follows in the same second.  A task's time limit is its duration
+now but the pool cannot place the task (``mig-blind``: the prolog requeues
+it), it reserves nothing and is planned again in the next pass.  Under
+``mig``, as under ``fifo``, the prologs of the tasks a pass started publish
+their nodes' counts, and a new pass follows in the same second.  A task's time limit is its duration
 times ``--limit-factor`` (1: users who know exactly how long they run).
 Reservations reach as far ahead as they need: a site sets Slurm's
 ``bf_window`` to at least its longest time limit, as the slurm.conf manual
@@ -410,9 +409,9 @@ class Replay:
                 if isinstance(outcome, Run):
                     plan.take(now, now + limit, self.pool.counted(outcome.hold))
                     continue
-                # Slurm's counts fit and the pool would not place it (mig: the prolog
-                # requeued it; fluid, shared: no one GPU has room): it reserves nothing
-                # and is tried again in the next pass.
+                # Slurm's counts fit and the pool would not place it (mig-blind: the
+                # prolog requeued it): it reserves nothing and is tried again in the
+                # next pass.
                 first = None
             self.tested += 1
             left.append(task)

@@ -13,7 +13,15 @@ from slurmpool.catalogue import Catalogue
 from slurmpool.cli import main
 from slurmpool.simulate.energy import Watts, WattsError, parse_watts, power_for
 from slurmpool.simulate.pools import NodeShape, PoolError, make_pool, uniform
-from slurmpool.simulate.replay import Replay, Result, compare, replay
+from slurmpool.simulate.replay import (
+    NO_ROOM,
+    UNPLANNED,
+    WAIT_REASONS,
+    Replay,
+    Result,
+    compare,
+    replay,
+)
 from slurmpool.simulate.trace import Task, TraceError, parse_trace, read_trace
 
 A100 = "A100-SXM4-80GB"
@@ -238,6 +246,21 @@ def test_a_node_whose_units_are_in_pieces_gets_no_4g_task(
         else:
             assert replayed.requeues == 0
             assert (runs["four"].start, runs["four"].hold.node) == (20, 1)
+
+
+@pytest.mark.parametrize(("scheduler", "reason"), [("fifo", NO_ROOM), ("backfill", UNPLANNED)])
+def test_a_size_no_node_counts_is_planned_nothing_and_says_so(
+    catalogue: Catalogue, scheduler: str, reason: str
+) -> None:
+    """As above, on one node: its 1g tasks in 6, 4 and 2 (until 1000, 1002, 1004) leave
+    no place for a 4g, so the node counts no s4 and Slurm plans the vgpu:4 task nothing
+    (it could reserve only what the node counts); it starts at 1004, its 984 s of wait
+    all for that reason."""
+    ones = [task(f"o{n}", n, 10 if n % 2 else 1000, milli=100) for n in range(6)]
+    four = task("four", 20, 100, milli=500)
+    result = run(catalogue, "mig", [*ones, four], 1, 1, scheduler)
+    assert (result.frag_requeues, round(result.wait_mean_s * 7)) == (0, 984)
+    assert result.wait_by_reason_s == {**dict.fromkeys(WAIT_REASONS, 0), reason: 984}
 
 
 @pytest.mark.parametrize("scheduler", ["fifo", "backfill"])
@@ -482,6 +505,14 @@ def test_the_command_prints_one_row_per_policy(trace: Path) -> None:
     assert lines[5] == ""
     assert lines[6].startswith(f"energy: {A100} 60 W idle, 400 W busy (busy: NVIDIA A100")
     assert lines[7].split() == ["policy", "energy", "MWh", "empty", "GPU-h", "empty", "MWh"]
+    # The wait by reason: c waits 99 s for room under fifo (0 task-hours, rounded).
+    why = lines.index("task-hours of waiting, by why the task waited:")
+    assert lines[why + 1].split() == ["policy", "no", "room", "reserved", "unplanned"] + [
+        "requeue",
+        "hold",
+        "untested",
+    ]
+    assert [line.split()[0] for line in lines[why + 2 :]] == ["whole", "mig", "fluid"]
 
 
 def test_the_command_counts_what_a_static_layout_refuses(trace: Path) -> None:

@@ -15,7 +15,15 @@ import pytest
 from slurmpool.catalogue import Catalogue
 from slurmpool.simulate.energy import power_for
 from slurmpool.simulate.pools import REQUEUED, Hold, MigBlindPool, NodeShape, make_pool
-from slurmpool.simulate.replay import SCHEDULERS, Replay, Run, replay
+from slurmpool.simulate.replay import (
+    RESERVED,
+    SCHEDULERS,
+    UNPLANNED,
+    WAIT_REASONS,
+    Replay,
+    Run,
+    replay,
+)
 from slurmpool.simulate.trace import Task
 
 SEEDS = range(40)
@@ -201,6 +209,19 @@ def test_the_blind_pool_requeues_on_the_same_traces(catalogue: Catalogue) -> Non
     prolog cannot carve."""
     requeues = [played(seed, "mig-blind", catalogue)[2].requeues for seed in SEEDS]
     assert sum(1 for n in requeues if n) >= len(requeues) // 4, requeues
+
+
+@EVERY_CASE
+def test_the_wait_by_reason_adds_up_to_every_tasks_wait(
+    seed: int, policy: str, scheduler: str, catalogue: Catalogue
+) -> None:
+    tasks, shapes, spec = drawn(seed, policy, catalogue)
+    result = replay(tasks, make_pool(spec, shapes), scheduler)
+    assert set(result.wait_by_reason_s) == set(WAIT_REASONS)
+    assert all(s >= 0 for s in result.wait_by_reason_s.values())
+    assert sum(result.wait_by_reason_s.values()) == round(result.wait_mean_s * result.tasks)
+    if scheduler == "fifo":  # nothing is planned
+        assert not result.wait_by_reason_s[RESERVED] and not result.wait_by_reason_s[UNPLANNED]
 
 
 @EVERY_CASE

@@ -127,7 +127,7 @@ def simulate(
     from slurmpool.catalogue import CatalogueError
     from slurmpool.simulate.energy import WattsError, parse_watts, power_for
     from slurmpool.simulate.pools import PoolError, make_pool, policy_words
-    from slurmpool.simulate.replay import compare
+    from slurmpool.simulate.replay import WAIT_REASONS, compare
     from slurmpool.simulate.trace import TraceError, read_trace
 
     wanted = [p.strip() for p in policies.split(",") if p.strip()]
@@ -216,6 +216,15 @@ def simulate(
                 for r in results
             ],
         )
+    click.echo("")
+    click.echo("task-hours of waiting, by why the task waited:")
+    _table(
+        ("policy", *WAIT_REASONS),
+        [
+            (r.policy, *(f"{r.wait_by_reason_s.get(k, 0) / 3600:.0f}" for k in WAIT_REASONS))
+            for r in results
+        ],
+    )
 
 
 def _show_progress(policy: str, done: int, total: int) -> None:

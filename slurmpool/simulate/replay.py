@@ -72,6 +72,13 @@ REQUEUE_DELAY_S = 120
 # How many waiting tasks one backfill pass plans: Slurm's default bf_max_job_test
 # (SchedulerParameters in slurm.conf; 500 in backfill.c).
 BF_MAX_JOB_TEST = 500
+# Why a task waits, as the replay last saw it (Result.wait_by_reason_s):
+NO_ROOM = "no room"  # fifo: it did not fit at the last scan
+RESERVED = "reserved"  # backfill: the plan gives it a later start
+UNPLANNED = "unplanned"  # backfill: no start in the plan: its counts never reach its need
+REQUEUE_HOLD = "requeue hold"  # requeued: Slurm holds it back --requeue-delay seconds
+UNTESTED = "untested"  # backfill: past the pass's bf_max_job_test tasks
+WAIT_REASONS = (NO_ROOM, RESERVED, UNPLANNED, REQUEUE_HOLD, UNTESTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +102,8 @@ class Result:
     empty_kwh: float | None = None  # what those draw at idle: the most idle capping saves
     # (size, tasks, mean wait s) per request size, and (second, mean queue length) per bin
     waits_by_size: list[tuple[str, int, float]] = field(default_factory=list)
+    # The task-seconds of waiting, per reason (WAIT_REASONS): where the wait went.
+    wait_by_reason_s: dict[str, int] = field(default_factory=dict)
     queue: list[tuple[int, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
@@ -210,6 +219,9 @@ class Replay:
         self.refused = 0  # and that it cannot (Pool.runs)
         self.requeues = 0
         self.series = QueueSeries(0, 1)  # the queue's length over time, from play()
+        # A waiting task -> (why it waits, since when); the task-seconds per reason.
+        self.why: dict[int, tuple[str, int]] = {}
+        self.waited = dict.fromkeys(WAIT_REASONS, 0)
         # backfill: the plan of the last pass, how many queued tasks it has seen, and
         # how many of them it planned and left waiting (at most BF_MAX_JOB_TEST)
         self.plan: Timeline | None = None
@@ -270,6 +282,7 @@ class Replay:
                     self._retry(due, now)
                 while nxt is not None and nxt.arrival == now:
                     if not isinstance(self._start(nxt, now), Run):
+                        self._waits(nxt, NO_ROOM, now)
                         self.queue.append(nxt)
                     nxt = next(arrivals, None)
                 while self.pool.publish():
@@ -327,6 +340,9 @@ class Replay:
         key = id(task)
         self.held.pop(key, None)
         self.order.pop(key, None)
+        why = self.why.pop(key, None)
+        if why is not None:
+            self.waited[why[0]] += now - why[1]
         run = Run(task, now, got)
         heapq.heappush(self.running, (now + task.duration, self.tally.tasks, run))
         self.tally.started(task, now, got)
@@ -334,12 +350,24 @@ class Replay:
             self.runs.append(run)
         return run
 
+    def _waits(self, task: Task, reason: str, now: int) -> None:
+        """``task`` waits, from ``now``, for ``reason`` (from its arrival if it is new)."""
+        key = id(task)
+        why = self.why.get(key)
+        if why is None:
+            self.why[key] = (reason, task.arrival)
+        elif why[0] != reason:
+            self.waited[why[0]] += now - why[1]
+            self.why[key] = (reason, now)
+
     def _requeue(self, task: Task, now: int) -> None:
         """Count ``task``'s requeue and hold it back ``requeue_delay`` seconds (with no
         delay, to the next scan)."""
         self.requeues += 1
         if not self.requeue_delay:
+            self._waits(task, NO_ROOM, now)
             return
+        self._waits(task, REQUEUE_HOLD, now)
         again = now + self.requeue_delay
         self.held[id(task)] = again
         if again in self.due:
@@ -359,6 +387,8 @@ class Replay:
         for _, task in ready:
             if isinstance(self._start(task, now), Run):
                 started.add(id(task))
+            elif held.get(id(task), 0) <= now:
+                self._waits(task, NO_ROOM, now)
         if started:
             self.queue = [t for t in self.queue if id(t) not in started]
 
@@ -369,13 +399,19 @@ class Replay:
         refused: set[tuple[int, int]] = set()
         for task in self.queue:
             key = (task.gpus, task.milli)
-            if key in refused or self.held.get(id(task), 0) > now:
+            if self.held.get(id(task), 0) > now:
+                left.append(task)
+                continue
+            if key in refused:
+                self._waits(task, NO_ROOM, now)
                 left.append(task)
                 continue
             outcome = self._start(task, now)
             if outcome is None:
                 refused.add(key)
             if not isinstance(outcome, Run):
+                if self.held.get(id(task), 0) <= now:
+                    self._waits(task, NO_ROOM, now)
                 left.append(task)
         self.queue = left
 
@@ -398,7 +434,11 @@ class Replay:
         plan, seen = self.plan, self.planned
         left = self.queue[:seen]
         for task in self.queue[seen:]:
-            if self.tested == BF_MAX_JOB_TEST or self.held.get(id(task), 0) > now:
+            if self.held.get(id(task), 0) > now:
+                left.append(task)
+                continue
+            if self.tested == BF_MAX_JOB_TEST:
+                self._waits(task, UNTESTED, now)
                 left.append(task)
                 continue
             limit = self.limit(task)
@@ -418,6 +458,9 @@ class Replay:
             if first is not None:
                 second, need = first
                 plan.take(second, second + limit, need)
+                self._waits(task, RESERVED, now)
+            elif self.held.get(id(task), 0) <= now:
+                self._waits(task, UNPLANNED, now)
         self.queue = left
         self.planned = len(left)
 
@@ -451,6 +494,7 @@ def _measure(
         empty_gpu_h=energy.empty_gpu_h if energy else None,
         empty_kwh=energy.empty_kwh if energy else None,
         waits_by_size=tally.by_size.rows(),
+        wait_by_reason_s=dict(run.waited),
         queue=run.series.points(),
     )
 

@@ -34,7 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from slurmpool.catalogue import GpuInstanceProfile
+    from slurmpool.catalogue import GpuInstanceProfile, GpuModel
 
 FIT_GRES = "vgpufit"
 _TYPE_PREFIX = "s"
@@ -53,7 +53,13 @@ def fit_type(slices: int) -> str:
 
     A letter first: Slurm reads a GRES field of digits (and a k/m/g suffix) as a count.
     """
-    return f"{_TYPE_PREFIX}{slices}"
+    name = _TYPES.get(slices)
+    if name is None:
+        name = _TYPES[slices] = f"{_TYPE_PREFIX}{slices}"
+    return name
+
+
+_TYPES: dict[int, str] = {}  # fit_type's names, made once (a replay asks millions of times)
 
 
 def fit_slices(gres_type: str) -> int | None:
@@ -120,13 +126,28 @@ def node_counts(
     say: each size's (:func:`published_counts` of ``held`` and what can be carved),
     :data:`NEXT_TYPE`'s from the ``held_jobs`` jobs holding them, and :data:`PAD_TYPE`'s.
     An empty node's (no instance, nothing held) are what gres.conf says."""
-    sizes = list(sizes)
+    sizes = tuple(sizes)
     out = {fit_type(s): n for s, n in published_counts(held, carvable(gpus, sizes)).items()}
     out[NEXT_TYPE] = next_count(held_jobs)
-    empty = carvable([GpuOccupancy(g.index, g.model) for g in gpus], sizes)
-    units = sum(g.model.require_mig().compute_slices for g in gpus)
-    out[PAD_TYPE] = pad_count(empty, units, out)
+    out[PAD_TYPE] = _pad(tuple(g.model for g in gpus), sizes, out)
     return out
+
+
+def _pad(models: tuple[GpuModel, ...], sizes: tuple[int, ...], counts: Mapping[str, int]) -> int:
+    """:func:`pad_count` on a node of GPUs of ``models``; what an empty one counts is
+    remembered (a replay asks it of the same few nodes at every change)."""
+    key = (tuple((m.name, m.path) for m in models), sizes)
+    known = _EMPTY.get(key)
+    if known is None:
+        empty = carvable([GpuOccupancy(i, m) for i, m in enumerate(models)], sizes)
+        units = sum(m.require_mig().compute_slices for m in models)
+        known = _EMPTY[key] = (empty, units)
+    return pad_count(known[0], known[1], counts)
+
+
+# (GPU models, sizes) -> what an empty node of them counts of each size, and its units.
+_EMPTY: dict[tuple[tuple[tuple[str, str], ...], tuple[int, ...]], tuple[dict[int, int], int]]
+_EMPTY = {}
 
 
 def next_count(held_jobs: int) -> int:

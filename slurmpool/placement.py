@@ -314,7 +314,10 @@ def free_capacity(
     """How many more instances of each standard profile the node could take (one profile at
     a time, summed over GPUs), keyed by ``key(profile)``: its name, or e.g. its slices."""
     total: dict[K, int] = {}
+    model: GpuModel | None = None
     for g in gpus:
-        for k, n in engine_for(g.model).room(g.instances, key).items():
+        if g.model is not model:
+            model, eng = g.model, engine_for(g.model)
+        for k, n in eng.room(g.instances, key).items():
             total[k] = total.get(k, 0) + n
     return total

@@ -507,11 +507,8 @@ def test_the_command_prints_one_row_per_policy(trace: Path) -> None:
     assert lines[7].split() == ["policy", "energy", "MWh", "empty", "GPU-h", "empty", "MWh"]
     # The wait by reason: c waits 99 s for room under fifo (0 task-hours, rounded).
     why = lines.index("task-hours of waiting, by why the task waited:")
-    assert lines[why + 1].split() == ["policy", "no", "room", "reserved", "unplanned"] + [
-        "requeue",
-        "hold",
-        "untested",
-    ]
+    head = ["policy", "no", "room", "reserved", "unplanned", "requeue", "hold", "untested"]
+    assert lines[why + 1].split() == head
     assert [line.split()[0] for line in lines[why + 2 :]] == ["whole", "mig", "fluid"]
 
 

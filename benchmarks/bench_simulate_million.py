@@ -7,11 +7,12 @@ A100, scheduler fifo), where every policy keeps up (their queues stay bounded; a
 70 % the trace's weeks-long tasks make every policy's waits run to a day).
 
 Each policy replays the 1,000,000 tasks in a child process (its time and peak RSS)
-and 250,000 in another (its peak RSS).  Budgets, per policy: 1,000,000 tasks in
-under 120 s on one core, and a peak RSS at 1,000,000 at most 1.2 x the one at
-250,000 (memory that does not grow with the tasks replayed; the queue's own
-length still varies).  Baseline, measured in the same run: making the 1,000,000
-tasks without replaying them.
+and 250,000 in another (its peak RSS).  Budgets, per policy: replaying the tasks
+takes at most 100 x making them (the baseline, measured in the same run: making
+the 1,000,000 tasks without replaying them; the budget was 120 s on one core
+where making them took about 1.05 s, so about 114 x), and a peak RSS at
+1,000,000 at most 1.2 x the one at 250,000 (memory that does not grow with the
+tasks replayed; the queue's own length still varies).
 
 Run: ``python benchmarks/bench_simulate_million.py [--tasks N] [--policies P,...]``.
 Fails (exit 1) over a budget.
@@ -35,7 +36,7 @@ from slurmpool.simulate.replay import replay
 from slurmpool.simulate.trace import Task, read_trace
 
 TASKS = 1_000_000
-BUDGET_S = 120.0
+BUDGET_X = 100.0  # replaying the tasks over making them
 RSS_GROWTH = 1.2  # peak RSS at all the tasks over that at a quarter of them
 LOAD = 0.5  # offered compute slices over the pool's
 SEED = 31
@@ -126,7 +127,7 @@ def main() -> int:
         full = run_child(args.trace, policy, args.tasks)
         quarter = run_child(args.trace, policy, args.tasks // 4)
         growth = full["rss_mib"] / quarter["rss_mib"]
-        fits = full["seconds"] <= BUDGET_S and growth <= RSS_GROWTH
+        fits = full["seconds"] <= BUDGET_X * baseline and growth <= RSS_GROWTH
         ok = ok and fits
         print(
             f"{policy:36s} {full['seconds']:6.1f} s = {full['seconds'] / baseline:4.1f} x making "
@@ -137,7 +138,7 @@ def main() -> int:
             f"util {full['util']:.1%}{'' if fits else '  OVER BUDGET'}"
         )
     verdict = "met" if ok else "MISSED"
-    print(f"budget: {BUDGET_S:.0f} s and RSS x {RSS_GROWTH} per policy: {verdict}")
+    print(f"budget: {BUDGET_X:.0f} x making them and RSS x {RSS_GROWTH} per policy: {verdict}")
     return 0 if ok else 1
 
 

@@ -120,14 +120,22 @@ def published_counts(held: Mapping[int, int], free: Mapping[int, int]) -> dict[i
 
 
 def node_counts(
-    gpus: Sequence[GpuOccupancy], sizes: Iterable[int], held: Mapping[int, int], held_jobs: int
+    gpus: Sequence[GpuOccupancy],
+    sizes: Iterable[int],
+    held: Mapping[int, int],
+    held_jobs: int,
+    free: Mapping[int, int] | None = None,
 ) -> dict[str, int]:
     """Every :data:`FIT_GRES` type's count on a node whose MIG GPUs hold what ``gpus``
     say: each size's (:func:`published_counts` of ``held`` and what can be carved),
     :data:`NEXT_TYPE`'s from the ``held_jobs`` jobs holding them, and :data:`PAD_TYPE`'s.
-    An empty node's (no instance, nothing held) are what gres.conf says."""
+    An empty node's (no instance, nothing held) are what gres.conf says.  ``free``:
+    :func:`carvable` of ``gpus``, where the caller keeps it already (a replay, which
+    sums it over the GPUs and carves again only those that changed)."""
     sizes = tuple(sizes)
-    out = {fit_type(s): n for s, n in published_counts(held, carvable(gpus, sizes)).items()}
+    if free is None:
+        free = carvable(gpus, sizes)
+    out = {fit_type(s): n for s, n in published_counts(held, free).items()}
     out[NEXT_TYPE] = next_count(held_jobs)
     out[PAD_TYPE] = _pad(tuple(g.model for g in gpus), sizes, out)
     return out
@@ -136,17 +144,21 @@ def node_counts(
 def _pad(models: tuple[GpuModel, ...], sizes: tuple[int, ...], counts: Mapping[str, int]) -> int:
     """:func:`pad_count` on a node of GPUs of ``models``; what an empty one counts is
     remembered (a replay asks it of the same few nodes at every change)."""
-    key = (tuple((m.name, m.path) for m in models), sizes)
+    # By the models' identity: the entry keeps them, so no other object takes their ids.
+    key = (tuple(map(id, models)), sizes)
     known = _EMPTY.get(key)
     if known is None:
         empty = carvable([GpuOccupancy(i, m) for i, m in enumerate(models)], sizes)
         units = sum(m.require_mig().compute_slices for m in models)
-        known = _EMPTY[key] = (empty, units)
-    return pad_count(known[0], known[1], counts)
+        known = _EMPTY[key] = (models, empty, units)
+    return pad_count(known[1], known[2], counts)
 
 
-# (GPU models, sizes) -> what an empty node of them counts of each size, and its units.
-_EMPTY: dict[tuple[tuple[tuple[str, str], ...], tuple[int, ...]], tuple[dict[int, int], int]]
+# (ids of GPU models, sizes) -> the models, what an empty node of them counts of each
+# size, and its units.
+_EMPTY: dict[
+    tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[GpuModel, ...], dict[int, int], int]
+]
 _EMPTY = {}
 
 

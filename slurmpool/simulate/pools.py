@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from slurmpool.catalogue import CatalogueError
 from slurmpool.configgen.plan import profile_table
-from slurmpool.fit import NEXT_TYPE, fit_request, fit_sizes, fit_type, node_counts
+from slurmpool.fit import NEXT_TYPE, carvable, fit_request, fit_sizes, fit_type, node_counts
 from slurmpool.placement import GpuOccupancy, PlacedInstance, engine_for
 from slurmpool.pooling.mig import plan_instances
 from slurmpool.pooling.request import mig_profiles
@@ -505,6 +505,18 @@ class MigPool(MigBlindPool):
         self.published: list[list[int]] = []
         self.held: list[dict[int, int]] = [{} for _ in self.shapes]
         self.jobs = [0] * len(self.shapes)
+        # Per node, per GPU: how many of each size it could carve (fit.carvable of it
+        # alone), carved again only when its instances change; their sums per node; and
+        # the node's types.
+        self.can_carve = [
+            [carvable([gpu], sizes) for gpu in gpus]
+            for gpus, sizes in zip(self.gpus, self.sizes, strict=True)
+        ]
+        self.can_carve_node = [
+            {s: sum(per_gpu[s] for per_gpu in gpus) for s in sizes}
+            for gpus, sizes in zip(self.can_carve, self.sizes, strict=True)
+        ]
+        self.types = [[*map(fit_type, sizes), NEXT_TYPE] for sizes in self.sizes]
         for node, shape in enumerate(self.shapes):
             counts = self._node_counts(node)
             self.published.append(counts)
@@ -515,9 +527,11 @@ class MigPool(MigBlindPool):
 
     def _node_counts(self, node: int) -> list[int]:
         """What ``node`` publishes now: its count of each size, then its next."""
-        sizes = self.sizes[node]
-        counts = node_counts(self.gpus[node], sizes, self.held[node], self.jobs[node])
-        return [*(counts[fit_type(s)] for s in sizes), counts[NEXT_TYPE]]
+        free = self.can_carve_node[node]
+        counts = node_counts(
+            self.gpus[node], self.sizes[node], self.held[node], self.jobs[node], free
+        )
+        return [counts[t] for t in self.types[node]]
 
     def _need(self, node: int, units: int) -> Need | None:
         """What a task of ``units`` vgpu units asks of Slurm on ``node``: the units, the
@@ -541,15 +555,20 @@ class MigPool(MigBlindPool):
         return need
 
     def _fits(self, node: int, units: int, room: Sequence[int] | None) -> bool:
-        need = self._need(node, units)
+        key = (node, units)
+        need = self._needs[key] if key in self._needs else self._need(node, units)
         if need is None:
             return False
         free = self.free if room is None else room
-        return all(free[counter] >= count for counter, count in need)
+        for counter, count in need:
+            if free[counter] < count:
+                return False
+        return True
 
     def occupy(self, hold: Hold) -> None:
         super().occupy(hold)
         node = hold.node
+        self._recarve(hold)
         for counter, count in self.counted(hold):
             self.free[counter] -= count
         size = self._size(hold)
@@ -564,12 +583,23 @@ class MigPool(MigBlindPool):
         backfill.c, 22.05, 24.11 and 26.05)."""
         super().release(hold)
         node = hold.node
+        self._recarve(hold)
         for counter, count in self.counted(hold):
             self.free[counter] += count
         size = self._size(hold)
         self.held[node][size] -= len(hold.instances)
         self.jobs[node] -= 1
         self._publish(node)
+
+    def _recarve(self, hold: Hold) -> None:
+        """What the GPUs ``hold``'s instances are on could carve, now they changed."""
+        gpus, sizes = self.gpus[hold.node], self.sizes[hold.node]
+        per_gpu, node = self.can_carve[hold.node], self.can_carve_node[hold.node]
+        for g in {g for g, _ in hold.instances}:
+            new = carvable([gpus[g]], sizes)
+            for s in sizes:
+                node[s] += new[s] - per_gpu[g][s]
+            per_gpu[g] = new
 
     def publish(self) -> bool:
         if not self.dirty:

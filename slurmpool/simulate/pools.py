@@ -560,10 +560,7 @@ class MigPool(MigBlindPool):
         if need is None:
             return False
         free = self.free if room is None else room
-        for counter, count in need:
-            if free[counter] < count:
-                return False
-        return True
+        return all(free[counter] >= count for counter, count in need)
 
     def occupy(self, hold: Hold) -> None:
         super().occupy(hold)

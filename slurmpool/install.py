@@ -49,7 +49,8 @@ from slurmpool.hookpath import (
     front_entries,
     resolve_import_path,
 )
-from slurmpool.slurm.conf import scan_conf, strip_comment
+from slurmpool.slurm.conf import ConfLine, scan_conf, strip_comment
+from slurmpool.slurm.conflists import is_list_key, merge
 from slurmpool.trust import RootPath, Untrusted, directories_on_the_way
 from slurmpool.trust import check as check_trust
 
@@ -377,14 +378,26 @@ class ConfEdit:
     site_hooks: dict[str, list[str]]  # slurm key -> the site's hook programs
     disabled: list[str]  # site lines commented out
     notes: list[str]
+    fragment: str  # slurmpool's fragment, its list settings joined with the site's
 
 
 def edit_conf(pristine: str, fragment: str, target: InstallTarget) -> ConfEdit:
-    """Comment out the site lines slurmpool takes over and append the Include line."""
+    """Comment out the site lines slurmpool takes over and append the Include line.
+
+    A list setting both set (``GresTypes``, ``PrologFlags``...,
+    :mod:`slurmpool.slurm.conflists`) keeps the site's items: the fragment's line gets
+    the site's list with slurmpool's items added, and the site's line is commented out
+    as the others are (uninstall puts it back)."""
     taken = _fragment_keys(fragment) | set(HOOK_KEYS)
+    ours = {
+        line.key.lower(): line.value or ""
+        for line in scan_conf(fragment)
+        if line.key is not None and is_list_key(line.key)
+    }
     site_hooks: dict[str, list[str]] = {}
     disabled: list[str] = []
     notes: list[str] = []
+    site_lists: dict[str, tuple[int, ConfLine]] = {}  # the last line of each, as in Slurm
     scanned = {line.index: line for line in scan_conf(pristine)}
     out = []
     for i, line in enumerate(pristine.splitlines(keepends=True)):
@@ -396,6 +409,8 @@ def edit_conf(pristine: str, fragment: str, target: InstallTarget) -> ConfEdit:
                 spec = HOOK_KEYS[key]
                 value = info.value or ""
                 site_hooks[spec.slurm_key] = [p.strip() for p in value.split(",") if p.strip()]
+            elif key in ours:
+                site_lists[key] = (i, info)
             else:
                 notes.append(
                     f"site setting {line.strip()!r} is replaced by slurmpool's {info.key} "
@@ -411,7 +426,37 @@ def edit_conf(pristine: str, fragment: str, target: InstallTarget) -> ConfEdit:
     if text and not text.endswith("\n"):
         text += "\n"
     text += target.include_line + "\n"
-    return ConfEdit(text, site_hooks, disabled, notes)
+    joined: dict[str, str] = {}
+    for key, (i, info) in site_lists.items():
+        merged = merge(key, info.value or "", ours[key])
+        where = f"{target.slurm_conf} line {i + 1} ({info.text.strip()!r})"
+        if merged.conflicts:
+            raise InstallError(
+                f"{where}: {'; '.join(merged.conflicts)}; change the site's line to "
+                f"slurmpool's value, or tell slurmpool's policy otherwise"
+            )
+        joined[key] = merged.value
+        added = ", ".join(merged.added) or "nothing"
+        notes.append(
+            f"{info.key}: the site's {info.value} is kept ({where}, moved into "
+            f"{target.fragment} as {info.key}={merged.value}); slurmpool adds {added}"
+        )
+    return ConfEdit(text, site_hooks, disabled, notes, _with_lists(fragment, joined))
+
+
+def _with_lists(fragment: str, joined: Mapping[str, str]) -> str:
+    """``fragment`` with the value of each list setting in ``joined`` replaced."""
+    if not joined:
+        return fragment
+    scanned = {line.index: line for line in scan_conf(fragment)}
+    out = []
+    for i, line in enumerate(fragment.splitlines(keepends=True)):
+        info = scanned.get(i)
+        if info is not None and info.key is not None and info.key.lower() in joined:
+            end = "\n" if line.endswith("\n") else ""
+            line = f"{info.key}={joined[info.key.lower()]}{end}"
+        out.append(line)
+    return "".join(out)
 
 
 # --- rendering ------------------------------------------------------------
@@ -588,7 +633,8 @@ def plan_install(
 
     desired: dict[str, tuple[bytes, int]] = {}
     for name in SLURM_FILES:
-        desired[os.path.join(target.config_dir, name)] = (generated[name].encode(), 0o644)
+        text = edit.fragment if name == SLURM_FRAGMENT else generated[name]
+        desired[os.path.join(target.config_dir, name)] = (text.encode(), 0o644)
     desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
     for spec in HOOKS:
         text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target, import_path)

@@ -96,6 +96,9 @@ def test_round_trip_restores_bytes_and_site_prolog_runs(site: dict[str, Path]) -
     assert f"{DISABLED_PREFIX}Prolog={site['prolog']}" in conf
     assert f"{DISABLED_PREFIX}EPILOG=" in conf
     assert f"{DISABLED_PREFIX}PrologFlags=Contain" in conf  # the fragment sets PrologFlags
+    # ... with the site's flags first: Contain (pam_slurm_adopt) stays in force.
+    fragment = (Path(policy.paths.slurm_config_dir) / "slurmpool.conf").read_text()
+    assert "PrologFlags=Contain,Alloc\n" in fragment
     assert conf.count("Include ") == 1
     assert conf.rstrip().endswith("#slurmpool-include")
     assert stat.S_IMODE(site["conf"].stat().st_mode) == 0o640
@@ -157,6 +160,48 @@ def test_second_install_is_a_no_op(site: dict[str, Path], monkeypatch: pytest.Mo
     )
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "nothing to do"
+
+
+SITE_LISTS = """\
+GresTypes=gpu,shard
+AccountingStorageTRES=gres/gpu,license/matlab
+PrologFlags=Contain,X11
+JobSubmitPlugins=lua
+"""
+
+
+def test_a_sites_lists_keep_their_items_and_gain_slurmpools(site: dict[str, Path]) -> None:
+    """The site's GRES types, TRES, prolog flags and submit plugins stay in force, in
+    its order, with slurmpool's items after them; uninstall gives back every byte."""
+    with site["conf"].open("a") as f:
+        f.write(SITE_LISTS)
+    before = snapshot(site["root"])
+    policy = policy_for(site["node"])
+    target = target_for_policy(
+        policy, systemd_dir=policy.paths.state_dir + "-systemd", python=needs.hook_python()
+    )
+    plan = plan_install(target, generate(policy, installed=NODE_SLURM).files)
+    apply(plan)
+    conf = site["conf"].read_text()
+    for line in SITE_LISTS.splitlines():
+        assert f"{DISABLED_PREFIX}{line}\n" in conf
+    fragment = (Path(policy.paths.slurm_config_dir) / "slurmpool.conf").read_text()
+    lists = [line for line in fragment.splitlines() if line.split("=")[0] in LIST_NAMES]
+    assert lists == [
+        "GresTypes=gpu,shard,vgpu,vgpufit",
+        "AccountingStorageTRES=gres/gpu,license/matlab,gres/vgpu",
+        "PrologFlags=Contain,X11,Alloc",
+        "JobSubmitPlugins=lua",
+    ]
+    said = "\n".join(plan.notes)
+    assert "GresTypes: the site's gpu,shard is kept" in said and "adds vgpu, vgpufit" in said
+    assert "JobSubmitPlugins: the site's lua is kept" in said and "adds nothing" in said
+    assert "merge by hand" not in said
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert snapshot(site["root"]) == before
+
+
+LIST_NAMES = ("GresTypes", "AccountingStorageTRES", "PrologFlags", "JobSubmitPlugins")
 
 
 def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:

@@ -268,6 +268,25 @@ def _fill_with_1g(
     return jobs, outs
 
 
+def _leave_slots_0_and_4(
+    cluster: Cluster, node: str, jobs: list[int], outs: dict[int, Path]
+) -> tuple[list[int], dict[str, dict[str, Any]]]:
+    """Of the 14 vgpu:1 jobs :func:`_fill_with_1g` put on ``node``, keep those in slots 0
+    and 4 of each GPU and cancel the rest: 10 free units and no place for a 4g.  The
+    jobs kept, and the node's instances by UUID while all 14 ran."""
+    poll(
+        "14 jobs to print a device",
+        lambda: all(first_line(p).startswith("MIG-") for p in outs.values()),
+        60,
+    )
+    held = by_uuid(cluster, node)
+    keep = [j for j in jobs if held[first_line(outs[j])]["start"] in (0, 4)]
+    assert len(keep) == 4  # slots 0 and 4 on both GPUs
+    cancel(cluster, [j for j in jobs if j not in keep])
+    poll("only slots 0 and 4 to stay carved", lambda: len(instances(cluster, node)) == 4, 60)
+    return keep, held
+
+
 def test_fourteen_1g_jobs_run_at_once_and_a_fifteenth_waits(cluster: Cluster) -> None:
     # The node has two MIG A100s: Slurm counts vgpu:14.  "Seven on one A100, an eighth
     # waits" is shown per GPU: fourteen vgpu:1 jobs all run at once, seven distinct 1g
@@ -321,16 +340,7 @@ def test_fragmented_node_requeues_a_4g_then_runs_it_once_there_is_room(
     jobs, outs = _fill_with_1g(cluster, node, 14, "frag")
     big: int | None = None
     try:
-        poll(
-            "14 jobs to print a device",
-            lambda: all(first_line(p).startswith("MIG-") for p in outs.values()),
-            60,
-        )
-        held = by_uuid(cluster, node)
-        keep = [j for j in jobs if held[first_line(outs[j])]["start"] in (0, 4)]
-        assert len(keep) == 4  # slots 0 and 4 on both GPUs
-        cancel(cluster, [j for j in jobs if j not in keep])
-        poll("only slots 0 and 4 to stay carved", lambda: len(instances(cluster, node)) == 4, 60)
+        keep, held = _leave_slots_0_and_4(cluster, node, jobs, outs)
         # Slurm sees 10 free vgpu and starts the job; no GPU has 4 contiguous slices.
         # The user keeps the job off the other node herself, which stays so.
         big_out = cluster.workdir / "big.out"
@@ -477,16 +487,7 @@ def test_a_node_whose_units_are_in_pieces_gets_no_4g_job(cluster: Cluster) -> No
     fours: list[int] = []
     releases: list[Path] = []
     try:
-        poll(
-            "14 jobs to print a device",
-            lambda: all(first_line(p).startswith("MIG-") for p in outs.values()),
-            60,
-        )
-        held = by_uuid(cluster, node)
-        keep = [j for j in jobs if held[first_line(outs[j])]["start"] in (0, 4)]
-        assert len(keep) == 4  # slots 0 and 4 on both GPUs
-        cancel(cluster, [j for j in jobs if j not in keep])
-        poll("only slots 0 and 4 to stay carved", lambda: len(instances(cluster, node)) == 4, 60)
+        keep, held = _leave_slots_0_and_4(cluster, node, jobs, outs)
         poll(
             f"{node} to count no 4g",
             lambda: fit_counts(cluster, node).get("s4", 0) == 0,

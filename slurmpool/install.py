@@ -49,13 +49,22 @@ from slurmpool.hookpath import (
     front_entries,
     resolve_import_path,
 )
-from slurmpool.slurm.conf import ConfLine, scan_conf, strip_comment
+from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.slurm.conflists import is_list_key, merge
+from slurmpool.slurm.siteneeds import (
+    TASK_CGROUP_CHOICES,
+    Needs,
+    Setting,
+    TaskCgroup,
+    site_settings,
+)
+from slurmpool.slurm.siteneeds import check as check_site
 from slurmpool.trust import RootPath, Untrusted, directories_on_the_way
 from slurmpool.trust import check as check_trust
 
 if TYPE_CHECKING:
     from slurmpool.policy.model import Policy
+    from slurmpool.slurm.version import SlurmVersion
 
 MANIFEST_NAME = "install-manifest.json"
 MANIFEST_SCHEMA = 1
@@ -285,6 +294,7 @@ class Plan:
     dirs: tuple[DirChange, ...] = ()
     files: tuple[FileChange, ...] = ()
     notes: tuple[str, ...] = ()
+    changes: tuple[LineChange, ...] = ()  # the site's lines install changes, and why
 
     @property
     def empty(self) -> bool:
@@ -344,19 +354,6 @@ def _mode(path: Path) -> int | None:
 # --- slurm.conf editing ---------------------------------------------------
 
 
-def _fragment_keys(fragment: str) -> set[str]:
-    """Scalar keys the generated fragment sets (lower case)."""
-    keys = set()
-    for line in scan_conf(fragment):
-        if line.key is not None and line.key.lower() not in (
-            "nodename",
-            "partitionname",
-            "include",
-        ):
-            keys.add(line.key.lower())
-    return keys
-
-
 def pristine_conf(text: str, target: InstallTarget) -> str:
     """``slurm.conf`` text with slurmpool's edits reversed (the site's own lines)."""
     out = []
@@ -372,81 +369,141 @@ def pristine_conf(text: str, target: InstallTarget) -> str:
     return "".join(out)
 
 
+@dataclass(frozen=True, slots=True)
+class LineChange:
+    """One line of a site file that install changes, and why (``--dry-run`` prints it)."""
+
+    path: str
+    line: int | None  # 1-based; None: the whole file
+    before: str | None  # None: a line added
+    reason: str
+
+    def explain(self) -> str:
+        if self.line is None:
+            return f"{self.path}: {self.reason}"
+        if self.before is None:
+            return f"{self.path} line {self.line} (new): {self.reason}"
+        return f"{self.path} line {self.line} ({self.before.strip()!r}): {self.reason}"
+
+
 @dataclass(frozen=True)
 class ConfEdit:
     text: str
     site_hooks: dict[str, list[str]]  # slurm key -> the site's hook programs
     disabled: list[str]  # site lines commented out
     notes: list[str]
-    fragment: str  # slurmpool's fragment, its list settings joined with the site's
+    fragment: str  # slurmpool's fragment: list settings joined with the site's, takeovers
+    changes: list[LineChange]
 
 
-def edit_conf(pristine: str, fragment: str, target: InstallTarget) -> ConfEdit:
-    """Comment out the site lines slurmpool takes over and append the Include line.
+def edit_conf(
+    pristine: str, fragment: str, target: InstallTarget, needs: Needs | None = None
+) -> ConfEdit:
+    """Set aside the site lines slurmpool takes over and append the Include line.
 
     A list setting both set (``GresTypes``, ``PrologFlags``...,
     :mod:`slurmpool.slurm.conflists`) keeps the site's items: the fragment's line gets
-    the site's list with slurmpool's items added, and the site's line is commented out
-    as the others are (uninstall puts it back)."""
-    taken = _fragment_keys(fragment) | set(HOOK_KEYS)
-    ours = {
-        line.key.lower(): line.value or ""
+    the site's list with slurmpool's items added.  What slurmpool needs of the site's
+    own settings (:mod:`slurmpool.slurm.siteneeds`, ``needs``) is checked: a
+    contradiction is an :class:`InstallError` naming every such line.  Each line set
+    aside is commented out with :data:`DISABLED_PREFIX` (uninstall puts it back)."""
+    conf = target.slurm_conf
+    site = site_settings(pristine)
+    verdict = check_site(site, needs or Needs(None, target.hook_timeouts), conf)
+    refusals = list(verdict.refusals)
+    takeovers = {s.key.lower(): s for s in verdict.settings}
+    fragment_lines = [
+        line
         for line in scan_conf(fragment)
-        if line.key is not None and is_list_key(line.key)
-    }
+        if line.key is not None and line.key.lower() not in _NOT_TAKEN
+    ]
+    ours = {line.key.lower(): line.value or "" for line in fragment_lines if line.key}
+    joined: dict[str, str] = {}
+    reasons: dict[str, str] = {}  # lower key -> why the site's line is set aside
+    for key, spec in HOOK_KEYS.items():
+        wrapper = os.path.join(target.hooks_dir, spec.name)
+        reasons[key] = f"runs inside slurmpool's wrapper {wrapper}: {spec.order_text}"
+    for key, value in ours.items():
+        mine = site.get(key)
+        if mine is None or key in HOOK_KEYS:
+            continue
+        if is_list_key(key):
+            merged = merge(key, mine.value, value)
+            if merged.conflicts:
+                refusals.append(
+                    f"{mine.where(conf)}: {'; '.join(merged.conflicts)}; change the site's "
+                    "line to slurmpool's value, or tell slurmpool's policy otherwise"
+                )
+            joined[key] = merged.value
+            reasons[key] = (
+                f"the site's {mine.value} is kept: {target.fragment} sets "
+                f"{mine.key}={merged.value} (slurmpool adds {', '.join(merged.added) or 'nothing'})"
+            )
+        elif mine.value.strip().lower() != value.strip().lower():
+            refusals.append(
+                f"{mine.where(conf)}: slurmpool needs {mine.key}={value}; set it so, or "
+                "tell slurmpool's policy otherwise"
+            )
+        else:
+            reasons[key] = f"{target.fragment} sets the same {mine.key}={value}"
+    for key, setting in takeovers.items():
+        reasons[key] = f"{target.fragment} sets {setting.key}={setting.value}: {setting.reason}"
+    if refusals:
+        raise InstallError(
+            f"{conf} cannot take slurmpool as it is:\n" + "\n".join(f"  - {r}" for r in refusals)
+        )
+
     site_hooks: dict[str, list[str]] = {}
     disabled: list[str] = []
-    notes: list[str] = []
-    site_lists: dict[str, tuple[int, ConfLine]] = {}  # the last line of each, as in Slurm
+    changes: list[LineChange] = []
     scanned = {line.index: line for line in scan_conf(pristine)}
     out = []
     for i, line in enumerate(pristine.splitlines(keepends=True)):
         info = scanned.get(i)
-        key = info.key.lower() if info is not None and info.key is not None else None
-        if key is not None and key in taken:
-            assert info is not None and info.key is not None
-            if key in HOOK_KEYS:
-                spec = HOOK_KEYS[key]
-                value = info.value or ""
-                site_hooks[spec.slurm_key] = [p.strip() for p in value.split(",") if p.strip()]
-            elif key in ours:
-                site_lists[key] = (i, info)
-            else:
-                notes.append(
-                    f"site setting {line.strip()!r} is replaced by slurmpool's {info.key} "
-                    f"(see {target.fragment}); merge by hand if the site needs both"
-                )
+        name = info.key.lower() if info is not None and info.key is not None else None
+        if name is not None and name in reasons and (name in HOOK_KEYS or site[name].line == i + 1):
+            assert info is not None
+            if name in HOOK_KEYS:  # the last line's programs, as Slurm reads them
+                spec = HOOK_KEYS[name]
+                programs = [p.strip() for p in (info.value or "").split(",") if p.strip()]
+                site_hooks[spec.slurm_key] = programs
             disabled.append(line.rstrip("\n"))
+            changes.append(LineChange(conf, i + 1, line, f"set aside: {reasons[name]}"))
             out.append(DISABLED_PREFIX + line)
             continue
-        if key in ("nodename", "partitionname"):
-            pass  # duplicates are reported by doctor; install never rewrites node lines
+        if name is not None and name in reasons:
+            # An earlier line of a key set again later: Slurm reads the last; set aside too.
+            disabled.append(line.rstrip("\n"))
+            changes.append(LineChange(conf, i + 1, line, "set aside: a later line sets it"))
+            out.append(DISABLED_PREFIX + line)
+            continue
         out.append(line)
     text = "".join(out)
     if text and not text.endswith("\n"):
         text += "\n"
     text += target.include_line + "\n"
-    joined: dict[str, str] = {}
-    for key, (i, info) in site_lists.items():
-        merged = merge(key, info.value or "", ours[key])
-        where = f"{target.slurm_conf} line {i + 1} ({info.text.strip()!r})"
-        if merged.conflicts:
-            raise InstallError(
-                f"{where}: {'; '.join(merged.conflicts)}; change the site's line to "
-                f"slurmpool's value, or tell slurmpool's policy otherwise"
-            )
-        joined[key] = merged.value
-        added = ", ".join(merged.added) or "nothing"
-        notes.append(
-            f"{info.key}: the site's {info.value} is kept ({where}, moved into "
-            f"{target.fragment} as {info.key}={merged.value}); slurmpool adds {added}"
+    changes.append(
+        LineChange(
+            conf,
+            text.count("\n"),
+            None,
+            f"{target.include_line!r} pulls in {target.fragment}: slurmpool's settings, "
+            "GRES, nodes and partitions",
         )
-    return ConfEdit(text, site_hooks, disabled, notes, _with_lists(fragment, joined))
+    )
+    notes = list(verdict.notes)
+    fragment = _with_settings(fragment, joined, list(takeovers.values()))
+    return ConfEdit(text, site_hooks, disabled, notes, fragment, changes)
 
 
-def _with_lists(fragment: str, joined: Mapping[str, str]) -> str:
-    """``fragment`` with the value of each list setting in ``joined`` replaced."""
-    if not joined:
+# Fragment lines that are not settings the site could also set.
+_NOT_TAKEN = ("nodename", "partitionname", "include")
+
+
+def _with_settings(fragment: str, joined: Mapping[str, str], added: Sequence[Setting]) -> str:
+    """``fragment`` with the value of each list setting in ``joined`` replaced, and the
+    settings ``added`` after its last setting line (before its nodes)."""
+    if not joined and not added:
         return fragment
     scanned = {line.index: line for line in scan_conf(fragment)}
     out = []
@@ -456,6 +513,12 @@ def _with_lists(fragment: str, joined: Mapping[str, str]) -> str:
             end = "\n" if line.endswith("\n") else ""
             line = f"{info.key}={joined[info.key.lower()]}{end}"
         out.append(line)
+    if added:
+        last = max(
+            i for i, info in scanned.items() if info.key and info.key.lower() not in _NOT_TAKEN
+        )
+        extra = [f"# {s.reason}\n{s.key}={s.value}\n" for s in added]
+        out[last + 1 : last + 1] = extra
     return "".join(out)
 
 
@@ -519,6 +582,7 @@ class Manifest:
     # What the wrappers run as root, for doctor (absent from manifests of older installs).
     hook_import_path: HookImportPath | None = None
     hook_timeout_bin: str | None = None
+    task_cgroup: TaskCgroup = "require"  # the install's --task-cgroup, which the next keeps
 
     def to_bytes(self) -> bytes:
         data: dict[str, Any] = {
@@ -540,6 +604,8 @@ class Manifest:
             data["hook_import_path"] = self.hook_import_path.to_json()
         if self.hook_timeout_bin is not None:
             data["hook_timeout_bin"] = self.hook_timeout_bin
+        if self.task_cgroup != "require":
+            data["task_cgroup"] = self.task_cgroup
         return (json.dumps(data, indent=2) + "\n").encode()
 
     @classmethod
@@ -567,9 +633,17 @@ class Manifest:
                 if d.get("hook_import_path") is None
                 else HookImportPath.from_json(d["hook_import_path"]),
                 hook_timeout_bin=d.get("hook_timeout_bin"),
+                task_cgroup=_task_cgroup(d.get("task_cgroup", "require")),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise InstallError(f"{source}: malformed install manifest: {err!r}") from None
+
+
+def _task_cgroup(value: object) -> TaskCgroup:
+    for choice in TASK_CGROUP_CHOICES:
+        if value == choice:
+            return choice
+    raise ValueError(f"task_cgroup {value!r}, expected one of {', '.join(TASK_CGROUP_CHOICES)}")
 
 
 def read_manifest(root: Path, state_dir: str) -> Manifest | None:
@@ -583,10 +657,26 @@ def read_manifest(root: Path, state_dir: str) -> Manifest | None:
 # --- install --------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SiteOptions:
+    """What install should know or may do about the site's own Slurm settings."""
+
+    # The Slurm the site runs, whose defaults hold where slurm.conf is silent (None:
+    # unknown; a slurm.conf without SelectType is then refused).
+    slurm: SlurmVersion | None = None
+    # Whether install may add task/cgroup to TaskPlugin (siteneeds.TaskCgroup); None:
+    # what the previous install was told, else "require".
+    task_cgroup: TaskCgroup | None = None
+
+
 def plan_install(
-    target: InstallTarget, generated: Mapping[str, str], root: str | os.PathLike[str] = "/"
+    target: InstallTarget,
+    generated: Mapping[str, str],
+    root: str | os.PathLike[str] = "/",
+    options: SiteOptions | None = None,
 ) -> Plan:
     """Every change needed so the node matches ``target`` with ``generated`` files."""
+    options = options or SiteOptions()
     root_p = Path(root)
     conf_path = under(root_p, target.slurm_conf)
     current_conf = _read(conf_path)
@@ -601,7 +691,9 @@ def plan_install(
     old_manifest = read_manifest(root_p, target.state_dir)
 
     pristine = pristine_conf(current_conf.decode(), target)
-    edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target)
+    task_cgroup = options.task_cgroup or (old_manifest.task_cgroup if old_manifest else "require")
+    needs = Needs(options.slurm, target.hook_timeouts, task_cgroup)
+    edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target, needs)
     wrappers = {os.path.join(target.hooks_dir, h.name) for h in HOOKS}
     for key, programs in edit.site_hooks.items():
         clash = [p for p in programs if p in wrappers]
@@ -686,6 +778,7 @@ def plan_install(
         installed_conf_sha256=hashlib.sha256(edit.text.encode()).hexdigest(),
         hook_import_path=resolved,
         hook_timeout_bin=target.timeout_bin,
+        task_cgroup=task_cgroup,
     )
     manifest_bytes = manifest.to_bytes()
     manifest_real = under(root_p, target.manifest)
@@ -698,7 +791,21 @@ def plan_install(
             "nor that what the hooks run, import and write is root's alone "
             "(`slurmpool doctor` on the node checks both)"
         )
-    return Plan(root_p, tuple(dirs), tuple(files), tuple(notes))
+    changes = list(edit.changes)
+    for name in SLURM_FILES:
+        path = os.path.join(target.config_dir, name)
+        site_file = originals[path][0]
+        if name != SLURM_FRAGMENT and site_file is not None:
+            changes.append(
+                LineChange(
+                    path,
+                    None,
+                    None,
+                    f"the site's file ({len(_text_lines(site_file))} lines) is replaced by "
+                    "slurmpool's generated one; uninstall puts it back",
+                )
+            )
+    return Plan(root_p, tuple(dirs), tuple(files), tuple(notes), tuple(changes))
 
 
 def _missing_dirs(root: Path, paths: Sequence[str]) -> list[str]:

@@ -14,6 +14,10 @@ from slurmpool.slurm.version import InstalledSlurm, parse_version
 
 NODE_SLURM = InstalledSlurm(parse_version("slurm-wlm 22.05.8"), "slurmd -V")
 
+# What install asks of every site's own slurm.conf (slurmpool.slurm.siteneeds): nodes
+# shared between jobs, and the task plugin that fences devices.
+SITE_NEEDS = "SelectType=select/cons_tres\nTaskPlugin=task/affinity,task/cgroup\n"
+
 
 def programs_on_path(directory: Path, monkeypatch: pytest.MonkeyPatch, **scripts: str) -> Path:
     """Write each ``name=shell body`` as an executable in ``directory`` and put it

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from slurm_node import NODE_SLURM, programs_on_path
+from slurm_node import NODE_SLURM, SITE_NEEDS, programs_on_path
 
 from slurmpool.cli import main
 from slurmpool.configgen.inventory import ConfigError
@@ -113,7 +113,7 @@ def test_install_on_a_staged_root_says_which_slurm_it_generated_for(
     programs_on_path(tmp_path / "bin", monkeypatch, slurmd="echo 'slurm 26.05.5'")
     staged = tmp_path / "staged"
     (staged / "node" / "etc" / "slurm").mkdir(parents=True)
-    (staged / "node" / "etc" / "slurm" / "slurm.conf").write_text("ClusterName=c\n")
+    (staged / "node" / "etc" / "slurm" / "slurm.conf").write_text("ClusterName=c\n" + SITE_NEEDS)
     result = CliRunner().invoke(
         main,
         [

@@ -9,7 +9,7 @@ from pathlib import Path
 import needs
 import pytest
 from click.testing import CliRunner
-from slurm_node import NODE_SLURM
+from slurm_node import NODE_SLURM, SITE_NEEDS
 
 from slurmpool.cli import main
 from slurmpool.configgen.nodeconfig import load_node_config
@@ -39,7 +39,7 @@ def make_node(node: Path, gpus: list[tuple[str, bool]]) -> Policy:
     policy = load_policy(EXAMPLE, variables={"root": str(node)})
     conf = Path(policy.paths.slurm_config_dir) / "slurm.conf"
     conf.parent.mkdir(parents=True)
-    conf.write_text("ClusterName=sandbox\n")
+    conf.write_text("ClusterName=sandbox\n" + SITE_NEEDS)
     target = target_for_policy(
         policy, systemd_dir=str(node / "systemd"), python=needs.hook_python()
     )
@@ -312,6 +312,6 @@ def test_doctor_prints_the_isolation_of_each_mode(tmp_path: Path) -> None:
     mig, _ = _isolation(policy)
     assert mig.startswith("mig: user (") and mig.endswith("Slurm's alone)")
     # No task/cgroup: no device cgroup at all.
-    slurm_conf.write_text(site)
+    slurm_conf.write_text(site.replace("task/affinity,task/cgroup", "task/affinity"))
     _, whole = _isolation(policy)
     assert whole.startswith("passthrough: none (any job can open every GPU")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import needs
 import pytest
-from click.testing import CliRunner
-from slurm_node import NODE_SLURM, node_slurm_on_path
+from click.testing import CliRunner, Result
+from slurm_node import NODE_SLURM, SITE_NEEDS, node_slurm_on_path
 
 from slurmpool.cli import main
 from slurmpool.configgen.render import generate
@@ -19,7 +19,9 @@ from slurmpool.install import (
     DISABLED_PREFIX,
     HOOKS,
     InstallError,
+    InstallTarget,
     apply,
+    edit_conf,
     plan_install,
     plan_uninstall,
     target_for_policy,
@@ -38,7 +40,7 @@ Prolog={prolog}
 EPILOG={epilog}
 PrologFlags=Contain
 NodeName=sbx[1-2] CPUs=8
-"""
+""" + SITE_NEEDS.replace("{", "{{").replace("}", "}}")
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes | None, int]]:
@@ -72,7 +74,14 @@ def site(tmp_path: Path) -> dict[str, Path]:
     conf.parent.mkdir(parents=True)
     conf.write_text(SITE_CONF.format(prolog=prolog, epilog=epilog))
     conf.chmod(0o640)
-    return {"root": tmp_path, "node": node, "conf": conf, "log": log, "prolog": prolog}
+    return {
+        "root": tmp_path,
+        "node": node,
+        "conf": conf,
+        "log": log,
+        "prolog": prolog,
+        "epilog": epilog,
+    }
 
 
 def policy_for(node: Path) -> Policy:
@@ -193,10 +202,10 @@ def test_a_sites_lists_keep_their_items_and_gain_slurmpools(site: dict[str, Path
         "PrologFlags=Contain,X11,Alloc",
         "JobSubmitPlugins=lua",
     ]
-    said = "\n".join(plan.notes)
-    assert "GresTypes: the site's gpu,shard is kept" in said and "adds vgpu, vgpufit" in said
-    assert "JobSubmitPlugins: the site's lua is kept" in said and "adds nothing" in said
-    assert "merge by hand" not in said
+    said = "\n".join(c.explain() for c in plan.changes)
+    assert "('GresTypes=gpu,shard'): set aside: the site's gpu,shard is kept" in said
+    assert "(slurmpool adds vgpu, vgpufit)" in said
+    assert "sets JobSubmitPlugins=lua (slurmpool adds nothing)" in said
     apply(plan_uninstall(policy.paths.state_dir))
     assert snapshot(site["root"]) == before
 
@@ -204,9 +213,8 @@ def test_a_sites_lists_keep_their_items_and_gain_slurmpools(site: dict[str, Path
 LIST_NAMES = ("GresTypes", "AccountingStorageTRES", "PrologFlags", "JobSubmitPlugins")
 
 
-def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
-    before = snapshot(site["root"])
-    result = CliRunner().invoke(
+def install_cli(site: dict[str, Path], *more: str) -> Result:
+    return CliRunner().invoke(
         main,
         [
             "install",
@@ -218,9 +226,16 @@ def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
             str(site["root"] / "systemd"),
             "--python",
             needs.hook_python(),
-            "--dry-run",
+            *more,
         ],
     )
+
+
+def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
+    gres = site["conf"].parent / "gres.conf"
+    gres.write_text("AutoDetect=nvml\nName=gpu File=/dev/nvidia0\n")
+    before = snapshot(site["root"])
+    result = install_cli(site, "--dry-run")
     assert result.exit_code == 0, result.output
     assert snapshot(site["root"]) == before
     out = result.output
@@ -229,13 +244,68 @@ def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
     assert f"+++ b{site['node']}/hooks/prolog" in out
     assert "--- /dev/null" in out
     assert "create directory" in out
+    # Every line of a site file that changes, with its reason, before the diff.
+    conf = site["conf"]
+    said = [line for line in out.splitlines() if line.startswith(f"# {conf}")]
+    assert said == [
+        f"# {conf} line 4 ('Prolog={site['prolog']}'): set aside: runs inside slurmpool's "
+        f"wrapper {site['node']}/hooks/prolog: {HOOKS[0].order_text}",
+        f"# {conf} line 5 ('EPILOG={site['epilog']}'): set aside: runs inside slurmpool's "
+        f"wrapper {site['node']}/hooks/epilog: {HOOKS[2].order_text}",
+        f"# {conf} line 6 ('PrologFlags=Contain'): set aside: the site's Contain is kept: "
+        f"{conf.parent}/slurmpool.conf sets PrologFlags=Contain,Alloc (slurmpool adds Alloc)",
+        f"# {conf} line 10 (new): 'Include {conf.parent}/slurmpool.conf #slurmpool-include' "
+        f"pulls in {conf.parent}/slurmpool.conf: slurmpool's settings, GRES, nodes and partitions",
+    ]
+    assert f"# {gres}: the site's file (2 lines) is replaced by slurmpool's generated one" in out
+
+
+def test_install_refuses_a_site_whose_settings_contradict_the_pool(site: dict[str, Path]) -> None:
+    """Every contradicting line in one error, each named with its fix; nothing written."""
+    text = site["conf"].read_text()
+    text = text.replace("select/cons_tres", "select/linear")
+    text = text.replace("task/affinity,task/cgroup", "task/affinity")
+    site["conf"].write_text(text + "PrologEpilogTimeout=40\n")
+    before = snapshot(site["root"])
+    result = install_cli(site)
+    assert result.exit_code == 1
+    assert snapshot(site["root"]) == before
+    err = result.output
+    assert f"error: {site['conf']} cannot take slurmpool as it is:" in err
+    assert "line 8 ('SelectType=select/linear'): select/linear gives each job whole nodes" in err
+    assert "line 9 ('TaskPlugin=task/affinity') has no task/cgroup" in err
+    assert "line 10 ('PrologEpilogTimeout=40'): Slurm kills the epilog after 40 s" in err
+    assert "Set PrologEpilogTimeout=80 or more, or lower hooks.epilog_timeout_s" in err
+
+
+def test_task_cgroup_add_is_kept_by_the_next_install_and_undone_by_uninstall(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    text = site["conf"].read_text().replace("task/affinity,task/cgroup", "task/affinity")
+    site["conf"].write_text(text)
+    before = snapshot(site["root"])
+    result = install_cli(site, "--task-cgroup", "add")
+    assert result.exit_code == 0, result.output
+    assert f"{DISABLED_PREFIX}TaskPlugin=task/affinity\n" in site["conf"].read_text()
+    policy = policy_for(site["node"])
+    fragment = (Path(policy.paths.slurm_config_dir) / "slurmpool.conf").read_text()
+    assert "\nTaskPlugin=task/affinity,task/cgroup\n" in fragment
+    assert fragment.index("TaskPlugin=") < fragment.index("NodeName=")
+    # The manifest keeps the choice: a later install without the option changes nothing.
+    again = install_cli(site)
+    assert again.exit_code == 0 and "nothing to do" in again.output, again.output
+    # ... and one told to require task/cgroup again refuses, as on a new site.
+    assert install_cli(site, "--task-cgroup", "require").exit_code == 1
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert snapshot(site["root"]) == before
 
 
 def test_staged_root_prefixes_every_path(tmp_path: Path) -> None:
     root = tmp_path / "stage"
     conf = root / "srv/pool/etc/slurm/slurm.conf"
     conf.parent.mkdir(parents=True)
-    conf.write_text("ClusterName=x\nTaskProlog=/usr/local/bin/site-task-prolog\n")
+    conf.write_text("ClusterName=x\nTaskProlog=/usr/local/bin/site-task-prolog\n" + SITE_NEEDS)
     before = snapshot(root)
     policy = policy_for(Path("/srv/pool"))
     target = target_for_policy(policy, systemd_dir="/etc/systemd/system")
@@ -279,7 +349,7 @@ def test_existing_generated_file_is_restored(site: dict[str, Path]) -> None:
 
 def test_refuses_a_site_hook_at_the_wrapper_path(site: dict[str, Path]) -> None:
     policy = policy_for(site["node"])
-    site["conf"].write_text(f"Prolog={policy.paths.hooks_dir}/prolog\n")
+    site["conf"].write_text(f"Prolog={policy.paths.hooks_dir}/prolog\n" + SITE_NEEDS)
     with pytest.raises(InstallError, match="move the site's hook"):
         plan_install(target_for_policy(policy), generate(policy, installed=NODE_SLURM).files)
 
@@ -324,7 +394,7 @@ def test_wrapper_failure_propagation(
     node = tmp_path / "node"
     conf = node / "etc/slurm/slurm.conf"
     conf.parent.mkdir(parents=True)
-    conf.write_text(f"{key}={site_hook}\n")
+    conf.write_text(f"{key}={site_hook}\n" + SITE_NEEDS)
     policy = policy_for(node)
     do_install(policy)
     if not ours_ok:
@@ -421,3 +491,16 @@ def test_accepts_an_interpreter_every_user_can_reach(shared_dir: Path) -> None:
     (shared_dir / "venv" / "bin").chmod(0o750)
     assert "venv/bin (mode 0750)" in (why_others_cannot_run(str(python)) or "")
     assert "cannot be resolved" in (why_others_cannot_run(str(shared_dir / "nope")) or "")
+
+
+def test_a_setting_of_slurmpools_the_site_sets_otherwise_is_refused() -> None:
+    target = InstallTarget("/etc/slurm/slurm.conf", "/etc/slurm", "/hooks", "/state")
+    site = "MpiDefault=none\n" + SITE_NEEDS
+    with pytest.raises(InstallError, match=r"line 1 \('MpiDefault=none'\): slurmpool needs Mp"):
+        edit_conf(site, "MpiDefault=pmix\n", target)
+    same = edit_conf(site, "mpidefault=None\n", target)
+    assert same.text.startswith(f"{DISABLED_PREFIX}MpiDefault=none\n")
+    assert (
+        same.changes[0].reason
+        == "set aside: /etc/slurm/slurmpool.conf sets the same MpiDefault=None"
+    )

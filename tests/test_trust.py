@@ -12,7 +12,7 @@ from pathlib import Path
 
 import needs
 import pytest
-from slurm_node import NODE_SLURM
+from slurm_node import NODE_SLURM, SITE_NEEDS
 
 from slurmpool.configgen.render import generate
 from slurmpool.doctor import DoctorOptions, run_doctor
@@ -174,7 +174,7 @@ def policy_at(node: Path) -> Policy:
     policy = load_policy(EXAMPLE, variables={"root": str(node)})
     conf = Path(policy.paths.slurm_config_dir) / "slurm.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text("ClusterName=sandbox\n")
+    conf.write_text("ClusterName=sandbox\n" + SITE_NEEDS)
     return policy
 
 

@@ -17,6 +17,7 @@ from slurmpool.cli.common import (
     var_option,
 )
 from slurmpool.configgen.nodeconfig import SYSTEMD_DIR
+from slurmpool.slurm.siteneeds import TASK_CGROUP_CHOICES, TaskCgroup
 
 if TYPE_CHECKING:
     from slurmpool.install import Plan
@@ -35,6 +36,8 @@ def _run(plan: Plan, dry_run: bool) -> None:
     if plan.empty:
         click.echo("nothing to do")
         return
+    for change in plan.changes:
+        click.echo(f"# {change.explain()}" if dry_run else f"site line: {change.explain()}")
     if dry_run:
         click.echo(plan.diff(), nl=False)
         click.echo(
@@ -75,6 +78,14 @@ def _run(plan: Plan, dry_run: bool) -> None:
     default=None,
     help="PYTHONPATH for the hooks when slurmpool is not installed in --python.",
 )
+@click.option(
+    "--task-cgroup",
+    type=click.Choice(TASK_CGROUP_CHOICES),
+    default=None,
+    help="Where slurm.conf's TaskPlugin lacks task/cgroup, which fences devices: "
+    "require (refuse), add (also puts cgroup.conf's CPU and memory limits on every job) "
+    "or skip (pool unfenced). [the previous install's choice, else require]",
+)
 @staging_root_option
 @dry_run_option
 def install(
@@ -84,6 +95,7 @@ def install(
     systemd_dir: str,
     python: str,
     python_path: str | None,
+    task_cgroup: TaskCgroup | None,
     root: Path,
     dry_run: bool,
 ) -> None:
@@ -98,8 +110,8 @@ def install(
     Example: ``slurmpool install --policy pool.yaml --dry-run``
     """
     from slurmpool.configgen.inventory import ConfigError
-    from slurmpool.configgen.render import generate
-    from slurmpool.install import InstallError, plan_install, target_for_policy
+    from slurmpool.configgen.render import generate, target_slurm
+    from slurmpool.install import InstallError, SiteOptions, plan_install, target_for_policy
 
     policy = load_policy_or_exit(policy_path, variables)
     installed = installed_slurm_for(policy)
@@ -119,10 +131,11 @@ def install(
     )
     try:
         files = generate(policy, installed=installed).files
+        slurm = target_slurm(policy, installed).version
     except ConfigError as e:
         usage_error(str(e))
     try:
-        plan = plan_install(target, files, root)
+        plan = plan_install(target, files, root, SiteOptions(slurm, task_cgroup))
     except InstallError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(EXIT_FAIL) from None

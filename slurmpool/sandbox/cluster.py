@@ -35,6 +35,7 @@ from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV, NODE_CONFIG_NAME
 from slurmpool.install import (
     MANIFEST_NAME,
     STATE_DIR_MODE,
+    SiteOptions,
     apply,
     others_can_run,
     plan_install,
@@ -642,6 +643,15 @@ class Sandbox:
         policy = self._with_installed_slurm(self._load_policy(Path(state.policy)))
         return self._with_ports(policy, state.ports)
 
+    def site_options(self) -> SiteOptions:
+        """What install is told about the sandbox's own slurm.conf: where the host cannot
+        fence devices it runs task/none (base_slurm_conf), which install accepts only
+        when told to pool unfenced."""
+        return SiteOptions(
+            slurm=self.installed_slurm.version,
+            task_cgroup="require" if host_fences_devices() else "skip",
+        )
+
     def _with_installed_slurm(self, policy: Policy) -> Policy:
         """The policy generating for the Slurm this machine runs, whatever version it
         names (see :meth:`installed_slurm`)."""
@@ -969,7 +979,7 @@ class Sandbox:
             python_path=python_path,
             timeout_bin=self.runner.which("timeout"),
         )
-        apply(plan_install(target, generated.files))
+        apply(plan_install(target, generated.files, options=self.site_options()))
         # Each host sees its own state dir; on a real cluster install runs on every
         # node, so each has the manifest (doctor reads what the hooks import from it).
         for name in state.nodes:

@@ -23,6 +23,9 @@ FEATURE_GATES: dict[str, tuple[int, int]] = {
     "scontrol_json": (23, 2),  # scontrol show ... --json
     "job_extra": (23, 2),  # job Extra= / SLURM_JOB_EXTRA in the prolog
     "cgroup_plugin_disabled": (24, 11),  # cgroup.conf CgroupPlugin=disabled honoured
+    # No SelectType line means select/cons_tres (before: select/linear), and a
+    # select/cons_res line is read as cons_tres (read_config.h, interfaces/select.c).
+    "cons_tres_default": (23, 11),
 }
 
 

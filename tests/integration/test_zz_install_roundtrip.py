@@ -50,9 +50,10 @@ def test_uninstall_restores_and_reinstall_works(cluster: Cluster) -> None:
         timeout_bin=cluster.slurm.which("timeout"),
     )
     files = generate(policy, installed=cluster.sandbox.installed_slurm).files
-    apply(plan_install(target, files))
+    site_options = cluster.sandbox.site_options()
+    apply(plan_install(target, files, options=site_options))
     assert {p: digest(p) for p in etc.iterdir() if p.is_file()} == installed
-    assert plan_install(target, files).empty
+    assert plan_install(target, files).empty  # the manifest keeps the --task-cgroup choice
 
     cluster.slurm.run("scontrol", "reconfigure", timeout=30)
     job = cluster.submit("--gres=vgpu:1", "-o", "/dev/null", "--wrap", "true", user="sp-bob")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from slurmpool.configgen.files import SLURM_FILES, SLURM_FRAGMENT
+from slurmpool.configgen.files import CGROUP_CONF, SLURM_FILES, SLURM_FRAGMENT
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME, SYSTEMD_DIR
 from slurmpool.hookpath import (
     HookImportPath,
@@ -49,6 +49,7 @@ from slurmpool.hookpath import (
     front_entries,
     resolve_import_path,
 )
+from slurmpool.slurm.cgroupconf import edit_cgroup_conf, without_added
 from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.slurm.conflists import is_list_key, merge
 from slurmpool.slurm.siteneeds import (
@@ -140,6 +141,8 @@ class InstallTarget:
     hook_timeouts: Mapping[str, int] = field(default_factory=dict)  # hook name -> seconds
     run_dir: str | None = None  # the policy's paths.run_dir, where the hooks write
     mps_control: str | None = None  # the policy's paths.mps_control, which the prolog runs
+    cgroup_plugin: str = "autodetect"  # the policy's cgroup_plugin
+    policy_source: str = "the policy"  # the policy file, for messages
 
     @property
     def node_config(self) -> str:
@@ -180,6 +183,8 @@ def target_for_policy(
         timeout_bin=timeout_bin,
         run_dir=policy.paths.run_dir,
         mps_control=policy.paths.mps_control,
+        cgroup_plugin=policy.cgroup_plugin,
+        policy_source=policy.source,
         hook_timeouts={
             "prolog": policy.hooks.prolog_timeout_s,
             "task-prolog": policy.hooks.task_prolog_timeout_s,
@@ -394,6 +399,7 @@ class ConfEdit:
     notes: list[str]
     fragment: str  # slurmpool's fragment: list settings joined with the site's, takeovers
     changes: list[LineChange]
+    refusals: list[str]  # site lines that contradict the pool (then nothing else is set)
 
 
 def edit_conf(
@@ -405,7 +411,7 @@ def edit_conf(
     :mod:`slurmpool.slurm.conflists`) keeps the site's items: the fragment's line gets
     the site's list with slurmpool's items added.  What slurmpool needs of the site's
     own settings (:mod:`slurmpool.slurm.siteneeds`, ``needs``) is checked: a
-    contradiction is an :class:`InstallError` naming every such line.  Each line set
+    contradiction is one of ``refusals``, naming the line.  Each line set
     aside is commented out with :data:`DISABLED_PREFIX` (uninstall puts it back)."""
     conf = target.slurm_conf
     site = site_settings(pristine)
@@ -449,9 +455,7 @@ def edit_conf(
     for key, setting in takeovers.items():
         reasons[key] = f"{target.fragment} sets {setting.key}={setting.value}: {setting.reason}"
     if refusals:
-        raise InstallError(
-            f"{conf} cannot take slurmpool as it is:\n" + "\n".join(f"  - {r}" for r in refusals)
-        )
+        return ConfEdit(pristine, {}, [], [], fragment, [], refusals)
 
     site_hooks: dict[str, list[str]] = {}
     disabled: list[str] = []
@@ -493,7 +497,7 @@ def edit_conf(
     )
     notes = list(verdict.notes)
     fragment = _with_settings(fragment, joined, list(takeovers.values()))
-    return ConfEdit(text, site_hooks, disabled, notes, fragment, changes)
+    return ConfEdit(text, site_hooks, disabled, notes, fragment, changes, [])
 
 
 # Fragment lines that are not settings the site could also set.
@@ -583,6 +587,8 @@ class Manifest:
     hook_import_path: HookImportPath | None = None
     hook_timeout_bin: str | None = None
     task_cgroup: TaskCgroup = "require"  # the install's --task-cgroup, which the next keeps
+    # Site files slurmpool added lines to (cgroup.conf) -> the installed text's sha256.
+    merged_sha256: dict[str, str] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         data: dict[str, Any] = {
@@ -606,6 +612,8 @@ class Manifest:
             data["hook_timeout_bin"] = self.hook_timeout_bin
         if self.task_cgroup != "require":
             data["task_cgroup"] = self.task_cgroup
+        if self.merged_sha256:
+            data["merged_sha256"] = dict(sorted(self.merged_sha256.items()))
         return (json.dumps(data, indent=2) + "\n").encode()
 
     @classmethod
@@ -634,6 +642,7 @@ class Manifest:
                 else HookImportPath.from_json(d["hook_import_path"]),
                 hook_timeout_bin=d.get("hook_timeout_bin"),
                 task_cgroup=_task_cgroup(d.get("task_cgroup", "require")),
+                merged_sha256={str(k): str(v) for k, v in d.get("merged_sha256", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as err:
             raise InstallError(f"{source}: malformed install manifest: {err!r}") from None
@@ -694,6 +703,27 @@ def plan_install(
     task_cgroup = options.task_cgroup or (old_manifest.task_cgroup if old_manifest else "require")
     needs = Needs(options.slurm, target.hook_timeouts, task_cgroup)
     edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target, needs)
+    cgroup_path = os.path.join(target.config_dir, CGROUP_CONF)
+    site_cgroup = (
+        old_manifest.files[cgroup_path][0]
+        if old_manifest is not None and cgroup_path in old_manifest.files
+        else _read(under(root_p, cgroup_path))
+    )
+    cgroup = None
+    if site_cgroup is not None:
+        cgroup = edit_cgroup_conf(
+            site_cgroup.decode(errors="surrogateescape"),
+            path=cgroup_path,
+            fence=task_cgroup != "skip",
+            plugin=target.cgroup_plugin,
+            policy=target.policy_source,
+        )
+    refusals = edit.refusals + list(cgroup.refusals if cgroup is not None else ())
+    if refusals:
+        raise InstallError(
+            "the site's Slurm configuration cannot take slurmpool as it is:\n"
+            + "\n".join(f"  - {r}" for r in refusals)
+        )
     wrappers = {os.path.join(target.hooks_dir, h.name) for h in HOOKS}
     for key, programs in edit.site_hooks.items():
         clash = [p for p in programs if p in wrappers]
@@ -727,6 +757,11 @@ def plan_install(
     for name in SLURM_FILES:
         text = edit.fragment if name == SLURM_FRAGMENT else generated[name]
         desired[os.path.join(target.config_dir, name)] = (text.encode(), 0o644)
+    merged: dict[str, str] = {}
+    if cgroup is not None:
+        data = cgroup.text.encode(errors="surrogateescape")
+        desired[cgroup_path] = (data, _mode(under(root_p, cgroup_path)) or 0o644)
+        merged[cgroup_path] = hashlib.sha256(data).hexdigest()
     desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
     for spec in HOOKS:
         text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target, import_path)
@@ -779,6 +814,7 @@ def plan_install(
         hook_import_path=resolved,
         hook_timeout_bin=target.timeout_bin,
         task_cgroup=task_cgroup,
+        merged_sha256=merged,
     )
     manifest_bytes = manifest.to_bytes()
     manifest_real = under(root_p, target.manifest)
@@ -792,10 +828,12 @@ def plan_install(
             "(`slurmpool doctor` on the node checks both)"
         )
     changes = list(edit.changes)
+    if cgroup is not None:
+        changes += [LineChange(cgroup_path, a.line, None, a.reason) for a in cgroup.added]
     for name in SLURM_FILES:
         path = os.path.join(target.config_dir, name)
         site_file = originals[path][0]
-        if name != SLURM_FRAGMENT and site_file is not None:
+        if path not in merged and name != SLURM_FRAGMENT and site_file is not None:
             changes.append(
                 LineChange(
                     path,
@@ -851,10 +889,20 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
             and original is not None
             and hashlib.sha256(current).hexdigest() != manifest.installed_conf_sha256
         )
-        if edited and current is not None:
+        merged_edited = (
+            path in manifest.merged_sha256
+            and current is not None
+            and hashlib.sha256(current).hexdigest() != manifest.merged_sha256[path]
+        )
+        if (edited or merged_edited) and current is not None:
             # Edited since install: undo only slurmpool's own lines.
-            target = _target_from_manifest(manifest, state_dir)
-            restored = pristine_conf(current.decode(), target).encode()
+            if edited:
+                target = _target_from_manifest(manifest, state_dir)
+                restored = pristine_conf(current.decode(), target).encode()
+            else:
+                restored = without_added(current.decode(errors="surrogateescape")).encode(
+                    errors="surrogateescape"
+                )
             notes.append(
                 f"{path} changed since install; removed slurmpool's lines and kept the rest"
             )

@@ -271,7 +271,7 @@ def test_install_refuses_a_site_whose_settings_contradict_the_pool(site: dict[st
     assert result.exit_code == 1
     assert snapshot(site["root"]) == before
     err = result.output
-    assert f"error: {site['conf']} cannot take slurmpool as it is:" in err
+    assert "error: the site's Slurm configuration cannot take slurmpool as it is:" in err
     assert "line 8 ('SelectType=select/linear'): select/linear gives each job whole nodes" in err
     assert "line 9 ('TaskPlugin=task/affinity') has no task/cgroup" in err
     assert "line 10 ('PrologEpilogTimeout=40'): Slurm kills the epilog after 40 s" in err
@@ -496,11 +496,64 @@ def test_accepts_an_interpreter_every_user_can_reach(shared_dir: Path) -> None:
 def test_a_setting_of_slurmpools_the_site_sets_otherwise_is_refused() -> None:
     target = InstallTarget("/etc/slurm/slurm.conf", "/etc/slurm", "/hooks", "/state")
     site = "MpiDefault=none\n" + SITE_NEEDS
-    with pytest.raises(InstallError, match=r"line 1 \('MpiDefault=none'\): slurmpool needs Mp"):
-        edit_conf(site, "MpiDefault=pmix\n", target)
+    (why,) = edit_conf(site, "MpiDefault=pmix\n", target).refusals
+    assert why.startswith("/etc/slurm/slurm.conf line 1 ('MpiDefault=none'): slurmpool needs Mp")
     same = edit_conf(site, "mpidefault=None\n", target)
     assert same.text.startswith(f"{DISABLED_PREFIX}MpiDefault=none\n")
     assert (
         same.changes[0].reason
         == "set aside: /etc/slurm/slurmpool.conf sets the same MpiDefault=None"
     )
+
+
+SITE_CGROUP = "CgroupPlugin=cgroup/v1\nAllowedRAMSpace=95\n"
+
+
+def test_a_sites_cgroup_conf_keeps_every_line_and_gains_constrain_devices(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    cgroup = site["conf"].parent / "cgroup.conf"
+    cgroup.write_text(SITE_CGROUP)
+    cgroup.chmod(0o640)
+    before = snapshot(site["root"])
+    dry = install_cli(site, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert (
+        f"# {cgroup} line 3 (new): added: keeps each job to the GPU device files Slurm gave it"
+        in dry.output
+    )
+    assert f"# {cgroup}: the site's file" not in dry.output
+    assert install_cli(site).exit_code == 0
+    assert cgroup.read_text() == SITE_CGROUP + "ConstrainDevices=yes #slurmpool-added\n"
+    assert stat.S_IMODE(cgroup.stat().st_mode) == 0o640
+    assert install_cli(site).output.strip() == "nothing to do"
+    policy = policy_for(site["node"])
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert snapshot(site["root"]) == before
+
+    # An admin's later edit stays through uninstall; only slurmpool's line goes.
+    assert install_cli(site).exit_code == 0
+    with cgroup.open("a") as f:
+        f.write("ConstrainSwapSpace=yes\n")
+    plan = plan_uninstall(policy.paths.state_dir)
+    assert f"{cgroup} changed since install; removed slurmpool's lines and kept the rest" in (
+        plan.notes
+    )
+    apply(plan)
+    assert cgroup.read_text() == SITE_CGROUP + "ConstrainSwapSpace=yes\n"
+
+
+def test_a_cgroup_conf_that_turns_device_fencing_off_is_refused(site: dict[str, Path]) -> None:
+    cgroup = site["conf"].parent / "cgroup.conf"
+    cgroup.write_text(SITE_CGROUP + "ConstrainDevices=no\n")
+    before = snapshot(site["root"])
+    result = install_cli(site)
+    assert result.exit_code == 1
+    assert f"{cgroup} line 3 ('ConstrainDevices=no'): slurmpool needs ConstrainDevices=yes" in (
+        result.output
+    )
+    assert snapshot(site["root"]) == before
+    # Pooling unfenced, the site's file is not touched at all.
+    assert install_cli(site, "--task-cgroup", "skip").exit_code == 0
+    assert cgroup.read_text() == SITE_CGROUP + "ConstrainDevices=no\n"

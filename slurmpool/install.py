@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from slurmpool.configgen.files import CGROUP_CONF, SLURM_FILES, SLURM_FRAGMENT
+from slurmpool.configgen.files import CGROUP_CONF, GRES_CONF, SLURM_FILES, SLURM_FRAGMENT
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME, SYSTEMD_DIR
 from slurmpool.hookpath import (
     HookImportPath,
@@ -49,9 +49,11 @@ from slurmpool.hookpath import (
     front_entries,
     resolve_import_path,
 )
-from slurmpool.slurm.cgroupconf import edit_cgroup_conf, without_added
+from slurmpool.slurm.cgroupconf import edit_cgroup_conf
 from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.slurm.conflists import is_list_key, merge
+from slurmpool.slurm.gresconf import PooledGroup, edit_gres_conf
+from slurmpool.slurm.marks import DISABLED_PREFIX, unmark
 from slurmpool.slurm.siteneeds import (
     TASK_CGROUP_CHOICES,
     Needs,
@@ -69,7 +71,6 @@ if TYPE_CHECKING:
 
 MANIFEST_NAME = "install-manifest.json"
 MANIFEST_SCHEMA = 1
-DISABLED_PREFIX = "#slurmpool-disabled: "
 INCLUDE_MARKER = "#slurmpool-include"
 UNIT_NAME = "slurmpool-monitord.service"
 HOOK_LOG_NAME = "hooks.log"
@@ -143,6 +144,7 @@ class InstallTarget:
     mps_control: str | None = None  # the policy's paths.mps_control, which the prolog runs
     cgroup_plugin: str = "autodetect"  # the policy's cgroup_plugin
     policy_source: str = "the policy"  # the policy file, for messages
+    node_groups: tuple[PooledGroup, ...] = ()  # whose GPUs slurmpool's gres.conf describes
 
     @property
     def node_config(self) -> str:
@@ -185,6 +187,10 @@ def target_for_policy(
         mps_control=policy.paths.mps_control,
         cgroup_plugin=policy.cgroup_plugin,
         policy_source=policy.source,
+        node_groups=tuple(
+            PooledGroup(g.name, g.nodes, any(gpu.mode.mig_enabled for gpu in g.gpus))
+            for g in policy.node_groups
+        ),
         hook_timeouts={
             "prolog": policy.hooks.prolog_timeout_s,
             "task-prolog": policy.hooks.task_prolog_timeout_s,
@@ -703,22 +709,8 @@ def plan_install(
     task_cgroup = options.task_cgroup or (old_manifest.task_cgroup if old_manifest else "require")
     needs = Needs(options.slurm, target.hook_timeouts, task_cgroup)
     edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target, needs)
-    cgroup_path = os.path.join(target.config_dir, CGROUP_CONF)
-    site_cgroup = (
-        old_manifest.files[cgroup_path][0]
-        if old_manifest is not None and cgroup_path in old_manifest.files
-        else _read(under(root_p, cgroup_path))
-    )
-    cgroup = None
-    if site_cgroup is not None:
-        cgroup = edit_cgroup_conf(
-            site_cgroup.decode(errors="surrogateescape"),
-            path=cgroup_path,
-            fence=task_cgroup != "skip",
-            plugin=target.cgroup_plugin,
-            policy=target.policy_source,
-        )
-    refusals = edit.refusals + list(cgroup.refusals if cgroup is not None else ())
+    site_edits = _edit_site_files(root_p, target, generated, old_manifest, task_cgroup)
+    refusals = edit.refusals + [r for e in site_edits.values() for r in e.refusals]
     if refusals:
         raise InstallError(
             "the site's Slurm configuration cannot take slurmpool as it is:\n"
@@ -758,10 +750,10 @@ def plan_install(
         text = edit.fragment if name == SLURM_FRAGMENT else generated[name]
         desired[os.path.join(target.config_dir, name)] = (text.encode(), 0o644)
     merged: dict[str, str] = {}
-    if cgroup is not None:
-        data = cgroup.text.encode(errors="surrogateescape")
-        desired[cgroup_path] = (data, _mode(under(root_p, cgroup_path)) or 0o644)
-        merged[cgroup_path] = hashlib.sha256(data).hexdigest()
+    for path, site_edit in site_edits.items():
+        data = site_edit.text.encode(errors="surrogateescape")
+        desired[path] = (data, _mode(under(root_p, path)) or 0o644)
+        merged[path] = hashlib.sha256(data).hexdigest()
     desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
     for spec in HOOKS:
         text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target, import_path)
@@ -828,8 +820,8 @@ def plan_install(
             "(`slurmpool doctor` on the node checks both)"
         )
     changes = list(edit.changes)
-    if cgroup is not None:
-        changes += [LineChange(cgroup_path, a.line, None, a.reason) for a in cgroup.added]
+    for site_edit in site_edits.values():
+        changes += site_edit.changes
     for name in SLURM_FILES:
         path = os.path.join(target.config_dir, name)
         site_file = originals[path][0]
@@ -839,11 +831,62 @@ def plan_install(
                     path,
                     None,
                     None,
-                    f"the site's file ({len(_text_lines(site_file))} lines) is replaced by "
+                    f"the site's file ({_lines(len(_text_lines(site_file)))}) is replaced by "
                     "slurmpool's generated one; uninstall puts it back",
                 )
             )
     return Plan(root_p, tuple(dirs), tuple(files), tuple(notes), tuple(changes))
+
+
+@dataclass(frozen=True)
+class SiteFileEdit:
+    """A site file of its own (cgroup.conf, gres.conf) with slurmpool's lines joined."""
+
+    text: str
+    changes: list[LineChange]
+    refusals: list[str]
+
+
+def _edit_site_files(
+    root: Path,
+    target: InstallTarget,
+    generated: Mapping[str, str],
+    old_manifest: Manifest | None,
+    task_cgroup: TaskCgroup,
+) -> dict[str, SiteFileEdit]:
+    """cgroup.conf and gres.conf where the site has its own (as it was before any
+    install), joined with slurmpool's (:mod:`~slurmpool.slurm.cgroupconf`,
+    :mod:`~slurmpool.slurm.gresconf`)."""
+    out: dict[str, SiteFileEdit] = {}
+    for name in (CGROUP_CONF, GRES_CONF):
+        path = os.path.join(target.config_dir, name)
+        original = (
+            old_manifest.files[path][0]
+            if old_manifest is not None and path in old_manifest.files
+            else _read(under(root, path))
+        )
+        if original is None:
+            continue
+        site = original.decode(errors="surrogateescape")
+        if name == CGROUP_CONF:
+            cgroup = edit_cgroup_conf(
+                site,
+                path=path,
+                fence=task_cgroup != "skip",
+                plugin=target.cgroup_plugin,
+                policy=target.policy_source,
+            )
+            changes = [LineChange(path, a.line, None, a.reason) for a in cgroup.added]
+            out[path] = SiteFileEdit(cgroup.text, changes, list(cgroup.refusals))
+        else:
+            gres = edit_gres_conf(site, generated[GRES_CONF], target.node_groups, path=path)
+            changes = [LineChange(path, c.line, c.before, c.reason) for c in gres.changes]
+            out[path] = SiteFileEdit(gres.text, changes, list(gres.refusals))
+    return out
+
+
+def _lines(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
 
 
 def _missing_dirs(root: Path, paths: Sequence[str]) -> list[str]:
@@ -900,7 +943,7 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
                 target = _target_from_manifest(manifest, state_dir)
                 restored = pristine_conf(current.decode(), target).encode()
             else:
-                restored = without_added(current.decode(errors="surrogateescape")).encode(
+                restored = unmark(current.decode(errors="surrogateescape")).encode(
                     errors="surrogateescape"
                 )
             notes.append(

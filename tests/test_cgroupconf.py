@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from slurmpool.slurm.cgroupconf import ADDED_MARKER, edit_cgroup_conf, without_added
+from slurmpool.slurm.cgroupconf import edit_cgroup_conf
+from slurmpool.slurm.marks import ADDED_MARKER, unmark
 
 SITE = (
     "# the site's cgroup.conf\nCgroupPlugin=cgroup/v1\nAllowedRAMSpace=95\nConstrainRAMSpace=yes\n"
@@ -17,7 +18,7 @@ def test_a_site_file_gains_only_constrain_devices() -> None:
     (added,) = got.added
     assert added.line == 5 and added.text == f"ConstrainDevices=yes {ADDED_MARKER}"
     assert added.reason == "added: keeps each job to the GPU device files Slurm gave it"
-    assert without_added(got.text) == SITE
+    assert unmark(got.text) == SITE
 
 
 def test_a_site_that_constrains_devices_already_is_left_as_it_is() -> None:

@@ -233,7 +233,7 @@ def install_cli(site: dict[str, Path], *more: str) -> Result:
 
 def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
     gres = site["conf"].parent / "gres.conf"
-    gres.write_text("AutoDetect=nvml\nName=gpu File=/dev/nvidia0\n")
+    gres.write_text("AutoDetect=nvml\nNodeName=gpu01 Name=gpu File=/dev/nvidia0\n")
     before = snapshot(site["root"])
     result = install_cli(site, "--dry-run")
     assert result.exit_code == 0, result.output
@@ -257,7 +257,11 @@ def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
         f"# {conf} line 10 (new): 'Include {conf.parent}/slurmpool.conf #slurmpool-include' "
         f"pulls in {conf.parent}/slurmpool.conf: slurmpool's settings, GRES, nodes and partitions",
     ]
-    assert f"# {gres}: the site's file (2 lines) is replaced by slurmpool's generated one" in out
+    assert f"# {gres} line 3 (new): added, through line " in out
+    job_submit = conf.parent / "job_submit.lua"
+    job_submit.write_text("function slurm_job_submit() return 0 end\n")
+    out = install_cli(site, "--dry-run").output
+    assert f"# {job_submit}: the site's file (1 line) is replaced by slurmpool's generated" in out
 
 
 def test_install_refuses_a_site_whose_settings_contradict_the_pool(site: dict[str, Path]) -> None:
@@ -335,16 +339,72 @@ def test_uninstall_keeps_admin_edits_made_after_install(site: dict[str, Path]) -
     assert site["conf"].read_text() == original + "MaxJobCount=5000\n"
 
 
-def test_existing_generated_file_is_restored(site: dict[str, Path]) -> None:
+SITE_GRES = """\
+AutoDetect=nvml
+NodeName=sbx[1-3] Name=gpu Type=a100 File=/dev/nvidia[0-2]
+NodeName=sbx[1-2] Name=nic File=/dev/infiniband/uverbs0
+"""
+
+
+def test_a_sites_gres_conf_keeps_its_other_lines_and_gains_slurmpools(
+    site: dict[str, Path],
+) -> None:
+    """The site's lines for other nodes and other GRES stay; its GPU line for the pooled
+    nodes is set aside (a copy for sbx3 takes its place); slurmpool's lines come last,
+    with AutoDetect=off over the site's global AutoDetect; uninstall restores the bytes."""
     gres = site["conf"].parent / "gres.conf"
-    gres.write_text("Name=gpu File=/dev/nvidia0\n")
+    gres.write_text(SITE_GRES)
     gres.chmod(0o600)
     policy = policy_for(site["node"])
-    do_install(policy)
-    assert "vgpu" in gres.read_text()
-    apply(plan_uninstall(policy.paths.state_dir))
-    assert gres.read_text() == "Name=gpu File=/dev/nvidia0\n"
+    plan = plan_install(
+        target_for_policy(policy, python=needs.hook_python()),
+        generate(policy, installed=NODE_SLURM).files,
+    )
+    apply(plan)
+    text = gres.read_text()
+    head, ours = text.split("#slurmpool-begin: slurmpool's lines for the GPUs of its node groups\n")
+    assert head == (
+        "AutoDetect=nvml\n"
+        f"{DISABLED_PREFIX}NodeName=sbx[1-3] Name=gpu Type=a100 File=/dev/nvidia[0-2]\n"
+        "NodeName=sbx3 Name=gpu Type=a100 File=/dev/nvidia[0-2] #slurmpool-added\n"
+        "NodeName=sbx[1-2] Name=nic File=/dev/infiniband/uverbs0\n"
+    )
+    generated = generate(policy, installed=NODE_SLURM).files["gres.conf"]
+    grest = [line for line in generated.splitlines() if line.startswith("NodeName=")]
+    assert grest and all(f"{line} AutoDetect=off" in ours for line in grest)
+    assert ours.endswith("#slurmpool-end\n")
+    said = [c.explain() for c in plan.changes if c.path == str(gres)]
+    assert said[:2] == [
+        f"{gres} line 2 ('NodeName=sbx[1-3] Name=gpu Type=a100 File=/dev/nvidia[0-2]'): "
+        "set aside: slurmpool describes the GPUs of node group sbx (sbx[1-2])",
+        f"{gres} line 3 (new): added: the set-aside line for its other nodes, sbx3",
+    ]
+    assert "AutoDetect=off, which trumps the site's global AutoDetect" in said[2]
     assert stat.S_IMODE(gres.stat().st_mode) == 0o600
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert gres.read_text() == SITE_GRES
+    assert stat.S_IMODE(gres.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("Name=gpu File=/dev/nvidia0", "a gpu line without NodeName describes every node"),
+        ("NodeName=sbx1 AutoDetect=nvml", "AutoDetect=nvml on nodes slurmpool describes"),
+        ("NodeName=sbx[1-2] Name=shard Count=4", "a shard on node group sbx, whose MIG GPUs"),
+        ("NodeName=sbx2 Name=vgpu Count=2", "vgpu is slurmpool's own GRES"),
+    ],
+)
+def test_a_gres_conf_line_that_contradicts_the_pool_is_refused(
+    site: dict[str, Path], line: str, why: str
+) -> None:
+    gres = site["conf"].parent / "gres.conf"
+    gres.write_text(f"NodeName=gpu01 Name=gpu File=/dev/nvidia0\n{line}\n")
+    before = snapshot(site["root"])
+    result = install_cli(site)
+    assert result.exit_code == 1
+    assert f"{gres} line 2 ({line!r}): {why}" in result.output
+    assert snapshot(site["root"]) == before
 
 
 def test_refuses_a_site_hook_at_the_wrapper_path(site: dict[str, Path]) -> None:

@@ -4,19 +4,18 @@ slurmd reads cgroup.conf on every node, and a site tunes it for its own jobs
 (``AllowedRAMSpace``, ``CgroupPlugin=cgroup/v1``...).  slurmpool needs one thing of
 it, ``ConstrainDevices=yes``, which keeps each job to the GPU device files Slurm gave
 it (with ``TaskPlugin=task/cgroup``), and ``CgroupPlugin`` where the policy names one.
-A line slurmpool adds ends with :data:`ADDED_MARKER`, so that uninstall can find it
-again after an admin edited other lines; a site line that says otherwise is refused
-rather than changed.
+A line slurmpool adds is marked (:mod:`slurmpool.slurm.marks`), so that uninstall can
+find it again after an admin edited other lines; a site line that says otherwise is
+refused rather than changed.
 
-Pure: text in, text out (:func:`edit_cgroup_conf`, :func:`without_added`).
+Pure: text in, text out.
 """
 
 from __future__ import annotations
 
 from slurmpool.records import record
+from slurmpool.slurm.marks import added as added_line
 from slurmpool.slurm.siteneeds import site_settings
-
-ADDED_MARKER = "#slurmpool-added"
 
 
 @record(frozen=True, slots=True)
@@ -75,13 +74,7 @@ def edit_cgroup_conf(
     if wanted and text and not text.endswith("\n"):
         text += "\n"
     for key, value, reason in wanted:
-        line_text = f"{key}={value} {ADDED_MARKER}"
+        line_text = added_line(f"{key}={value}")
         text += line_text + "\n"
         added.append(Added(text.count("\n"), line_text, f"added: {reason}"))
     return CgroupEdit(text, tuple(added), tuple(refusals))
-
-
-def without_added(text: str) -> str:
-    """``text`` without the lines slurmpool added (what uninstall keeps of an edited file)."""
-    lines = text.splitlines(keepends=True)
-    return "".join(line for line in lines if not line.rstrip("\n").endswith(ADDED_MARKER))

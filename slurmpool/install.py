@@ -30,6 +30,7 @@ keeps the rest.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -62,6 +63,7 @@ from slurmpool.slurm.siteneeds import (
     site_settings,
 )
 from slurmpool.slurm.siteneeds import check as check_site
+from slurmpool.slurm.sitenodes import edit_nodes, policy_definitions
 from slurmpool.trust import RootPath, Untrusted, directories_on_the_way
 from slurmpool.trust import check as check_trust
 
@@ -374,10 +376,8 @@ def pristine_conf(text: str, target: InstallTarget) -> str:
             INCLUDE_MARKER in body and strip_comment(body) == f"Include {target.fragment}"
         ):
             continue
-        if body.startswith(DISABLED_PREFIX):
-            line = line[len(DISABLED_PREFIX) :]
         out.append(line)
-    return "".join(out)
+    return unmark("".join(out))
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,7 +488,18 @@ def edit_conf(
             out.append(DISABLED_PREFIX + line)
             continue
         out.append(line)
-    text = "".join(out)
+    nodes, partitions = policy_definitions(
+        fragment, [(g.name, g.nodes) for g in target.node_groups]
+    )
+    defined = edit_nodes(
+        "".join(out), fragment, nodes, partitions, path=conf, policy=target.policy_source
+    )
+    if defined.refusals:
+        return ConfEdit(pristine, {}, [], [], fragment, [], list(defined.refusals))
+    changes = [_shifted(c, defined.inserted) for c in changes]
+    changes += [LineChange(conf, c.line, c.before, c.reason) for c in defined.changes]
+    changes.sort(key=lambda c: c.line or 0)
+    text = defined.text
     if text and not text.endswith("\n"):
         text += "\n"
     text += target.include_line + "\n"
@@ -502,8 +513,16 @@ def edit_conf(
         )
     )
     notes = list(verdict.notes)
-    fragment = _with_settings(fragment, joined, list(takeovers.values()))
+    fragment = _with_settings(defined.fragment, joined, list(takeovers.values()))
     return ConfEdit(text, site_hooks, disabled, notes, fragment, changes, [])
+
+
+def _shifted(change: LineChange, inserted: Sequence[int]) -> LineChange:
+    """``change`` (of a site line) numbered as in the text with lines ``inserted``."""
+    if change.line is None:
+        return change
+    before = sum(1 for i in inserted if i < change.line - 1)
+    return dataclasses.replace(change, line=change.line + before)
 
 
 # Fragment lines that are not settings the site could also set.

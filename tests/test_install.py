@@ -254,7 +254,10 @@ def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
         f"wrapper {site['node']}/hooks/epilog: {HOOKS[2].order_text}",
         f"# {conf} line 6 ('PrologFlags=Contain'): set aside: the site's Contain is kept: "
         f"{conf.parent}/slurmpool.conf sets PrologFlags=Contain,Alloc (slurmpool adds Alloc)",
-        f"# {conf} line 10 (new): 'Include {conf.parent}/slurmpool.conf #slurmpool-include' "
+        f"# {conf} line 7 ('NodeName=sbx[1-2] CPUs=8'): set aside: the policy's node group sbx "
+        "is defined here: slurmpool's GRES replace its GPU GRES",
+        f"# {conf} line 8 (new): added: the site's line for node group sbx, with slurmpool's GRES",
+        f"# {conf} line 11 (new): 'Include {conf.parent}/slurmpool.conf #slurmpool-include' "
         f"pulls in {conf.parent}/slurmpool.conf: slurmpool's settings, GRES, nodes and partitions",
     ]
     assert f"# {gres} line 3 (new): added, through line " in out
@@ -617,3 +620,37 @@ def test_a_cgroup_conf_that_turns_device_fencing_off_is_refused(site: dict[str, 
     # Pooling unfenced, the site's file is not touched at all.
     assert install_cli(site, "--task-cgroup", "skip").exit_code == 0
     assert cgroup.read_text() == SITE_CGROUP + "ConstrainDevices=no\n"
+
+
+SITE_NODES = """\
+NodeName=DEFAULT Gres=gpu:a100:3,nic:1 Feature=ib
+NodeName=sbx[1-3] CPUs=32 RealMemory=64000 Weight=5
+PartitionName=pool Nodes=sbx[1-3] Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def test_the_sites_own_node_and_partition_lines_stay_the_definitions(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes and partitions the site defines are not defined again by slurmpool.conf:
+    the site's lines are edited in place; uninstall gives back every byte."""
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    site["conf"].write_text(site["conf"].read_text().replace("NodeName=sbx[1-2] CPUs=8\n", ""))
+    with site["conf"].open("a") as f:
+        f.write(SITE_NODES)
+    before = snapshot(site["root"])
+    result = install_cli(site)
+    assert result.exit_code == 0, result.output
+    conf = site["conf"].read_text()
+    assert "\nNodeName=sbx[1-2] CPUs=32 RealMemory=64000 Weight=5 Gres=gpu:a100:1,vgpu:14," in conf
+    assert ",nic:1 #slurmpool-added\nNodeName=sbx3 CPUs=32 RealMemory=64000 Weight=5 #slur" in conf
+    assert "\nPartitionName=pool Nodes=sbx[1-3],vgpufit-sbx Default=YES " in conf
+    policy = policy_for(site["node"])
+    fragment = (Path(policy.paths.slurm_config_dir) / "slurmpool.conf").read_text()
+    defined = [
+        line.split()[0] for line in fragment.splitlines() if line.startswith(("Node", "Part"))
+    ]
+    assert defined == ["NodeName=vgpufit-sbx"]  # only the fit anchor is slurmpool's own
+    assert install_cli(site).output.strip() == "nothing to do"
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert snapshot(site["root"]) == before

@@ -1,8 +1,10 @@
 #!/bin/bash
 # Measures how slurmd reads a site's gres.conf joined with slurmpool's lines (issue 48,
 # step 1c): a global `AutoDetect=nvml` line kept, slurmpool's lines for its nodes each
-# carrying `AutoDetect=off`, and a site line for a node slurmpool does not pool.  Runs
-# no daemon (`slurmd -G` prints the GRES a node would register, then exits), as any user:
+# carrying `AutoDetect=off`, and a site line for a node slurmpool does not pool.
+# `slurmd -G` prints the GRES a node would register, then exits; from 24.11 it also
+# wants munged and its spool directory, so the probe borrows the sandbox's (run as
+# root after scripts/setup-host, with no sandbox up):
 #
 #   bash tests/data/probe-gres-autodetect.sh
 #
@@ -10,14 +12,18 @@
 # One line per fact:
 # - parse-<node>: the GRES slurmd -G prints for a pooled node (sbx1) and the site's
 #   own (sbx3), or the error it stops with;
-# - nvml-<node>: what slurmd said about NVML for that node: "tried" where it looked for
-#   the NVML library (the site's AutoDetect=nvml in force), "off" where it did not;
+# - nvml-<node>: what slurmd -v said about AutoDetect and NVML for that node ("nothing":
+#   it did not look for NVML);
 # - node-specific: a pooled node with its own `AutoDetect=nvml` line as well as
 #   slurmpool's AutoDetect=off lines (what install refuses): what slurmd does.
 set -u
+source "$(dirname "$0")/probe-lib.sh"
+probe_sandbox /tmp/sp-probe-gres-autodetect
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cat > "$dir/slurm.conf" <<CONF
+trap 'rm -rf "$dir"; "$slurmpool" sandbox down --dir /tmp/sp-probe-gres-autodetect >/dev/null' EXIT
+{
+    grep -E '^(AuthType|AuthInfo|CredType|SlurmdSpoolDir|SlurmdUser)=' "$SLURM_CONF"
+    cat <<CONF
 ClusterName=probe
 SlurmctldHost=localhost
 GresTypes=gpu,vgpu,vgpufit
@@ -26,6 +32,7 @@ NodeName=sbx[1-2] CPUs=4 Gres=gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:next:1 St
 NodeName=sbx3 CPUs=4 Gres=gpu:a100:1 State=UNKNOWN
 PartitionName=p Nodes=sbx[1-3] Default=YES
 CONF
+} > "$dir/slurm.conf"
 joined() {
     cat <<GRES
 AutoDetect=nvml
@@ -46,8 +53,10 @@ gres_of() {  # node -> the Gres lines slurmd -G prints, one line
     timeout 30 slurmd -G -v -f "$dir/slurm.conf" -N "$1" > "$dir/out" 2>&1
     echo "rc=$? $(grep -o 'Gres Name=[^ ]* Type=[^ ]* Count=[0-9]*' "$dir/out" | sed 's/Gres //' | paste -sd';')"
 }
-nvml_of() {
-    if grep -qi nvml "$dir/out"; then echo "tried: $(grep -i -m1 nvml "$dir/out" | sed 's/^[^:]*: //')"; else echo off; fi
+nvml_of() {  # what slurmd said about AutoDetect and NVML, or "nothing"
+    said=$(grep -i -E "autodetect|functionality|wasn't found" "$dir/out" | grep -v 'Flags=' |
+        sed -e 's/^\[[^]]*\] //' -e 's/^slurmd-[^:]*: //' | paste -sd'|')
+    echo "${said:-nothing}"
 }
 echo "slurm: $(slurmd -V)"
 joined "" > "$dir/gres.conf"

@@ -16,6 +16,15 @@
 #   it did not look for NVML);
 # - node-specific: a pooled node with its own `AutoDetect=nvml` line as well as
 #   slurmpool's AutoDetect=off lines (what install refuses): what slurmd does.
+#
+# Slurm 22.05.8 (bookworm), 24.11.5 (trixie) and 26.05.5 (sid) agree
+# (tests/data/slurm-<version>/probe-gres-autodetect.txt): the joined file parses
+# (rc=0) and each node registers the GRES its lines give; on the pooled node the
+# AutoDetect=off lines win ("Using node-local AutoDetect=off" on 24.11 and 26.05; 22.05
+# says nothing of NVML there), while the site's node tries NVML (Debian's build finds
+# no library and goes on); a pooled node with a node-specific AutoDetect=nvml as well
+# stops slurmd: "fatal: gres.conf: duplicate node-local AutoDetect specification does
+# not match the first".
 set -u
 source "$(dirname "$0")/probe-lib.sh"
 probe_sandbox /tmp/sp-probe-gres-autodetect

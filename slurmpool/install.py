@@ -37,7 +37,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -54,12 +54,14 @@ from slurmpool.slurm.cgroupconf import edit_cgroup_conf
 from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.slurm.conflists import is_list_key, merge
 from slurmpool.slurm.gresconf import PooledGroup, edit_gres_conf
+from slurmpool.slurm.includes import includes_of, walk
 from slurmpool.slurm.marks import DISABLED_PREFIX, unmark
 from slurmpool.slurm.siteneeds import (
     TASK_CGROUP_CHOICES,
     Needs,
     Setting,
     TaskCgroup,
+    settings_of,
     site_settings,
 )
 from slurmpool.slurm.siteneeds import check as check_site
@@ -406,21 +408,32 @@ class ConfEdit:
     fragment: str  # slurmpool's fragment: list settings joined with the site's, takeovers
     changes: list[LineChange]
     refusals: list[str]  # site lines that contradict the pool (then nothing else is set)
+    included: dict[str, str] = field(default_factory=dict)  # the site's included files
 
 
 def edit_conf(
-    pristine: str, fragment: str, target: InstallTarget, needs: Needs | None = None
+    pristine: str,
+    fragment: str,
+    target: InstallTarget,
+    needs: Needs | None = None,
+    included: Mapping[str, str] | None = None,
 ) -> ConfEdit:
     """Set aside the site lines slurmpool takes over and append the Include line.
 
-    A list setting both set (``GresTypes``, ``PrologFlags``...,
+    ``pristine``: the site's slurm.conf; ``included``: the files it pulls in with
+    ``Include`` (path -> text, :mod:`slurmpool.slurm.includes`), read with it in
+    Slurm's order.  A list setting both set (``GresTypes``, ``PrologFlags``...,
     :mod:`slurmpool.slurm.conflists`) keeps the site's items: the fragment's line gets
     the site's list with slurmpool's items added.  What slurmpool needs of the site's
-    own settings (:mod:`slurmpool.slurm.siteneeds`, ``needs``) is checked: a
-    contradiction is one of ``refusals``, naming the line.  Each line set
-    aside is commented out with :data:`DISABLED_PREFIX` (uninstall puts it back)."""
+    own settings (:mod:`slurmpool.slurm.siteneeds`, ``needs``) is checked, and the
+    site's definitions of the policy's nodes and partitions edited
+    (:mod:`slurmpool.slurm.sitenodes`): a contradiction is one of ``refusals``, naming
+    the line.  Each line set aside is commented out with :data:`DISABLED_PREFIX`
+    (uninstall puts it back)."""
     conf = target.slurm_conf
-    site = site_settings(pristine)
+    texts = {conf: pristine, **(included or {})}
+
+    site = settings_of(walk(conf, texts, _ours(target)))
     verdict = check_site(site, needs or Needs(None, target.hook_timeouts), conf)
     refusals = list(verdict.refusals)
     takeovers = {s.key.lower(): s for s in verdict.settings}
@@ -460,61 +473,62 @@ def edit_conf(
             reasons[key] = f"{target.fragment} sets the same {mine.key}={value}"
     for key, setting in takeovers.items():
         reasons[key] = f"{target.fragment} sets {setting.key}={setting.value}: {setting.reason}"
-    if refusals:
-        return ConfEdit(pristine, {}, [], [], fragment, [], refusals)
 
     site_hooks: dict[str, list[str]] = {}
+    for key, spec in HOOK_KEYS.items():  # the last line's programs, as Slurm reads them
+        if key in site:
+            site_hooks[spec.slurm_key] = [p.strip() for p in site[key].value.split(",") if p]
     disabled: list[str] = []
     changes: list[LineChange] = []
-    scanned = {line.index: line for line in scan_conf(pristine)}
-    out = []
-    for i, line in enumerate(pristine.splitlines(keepends=True)):
-        info = scanned.get(i)
-        name = info.key.lower() if info is not None and info.key is not None else None
-        if name is not None and name in reasons and (name in HOOK_KEYS or site[name].line == i + 1):
-            assert info is not None
-            if name in HOOK_KEYS:  # the last line's programs, as Slurm reads them
-                spec = HOOK_KEYS[name]
-                programs = [p.strip() for p in (info.value or "").split(",") if p.strip()]
-                site_hooks[spec.slurm_key] = programs
-            disabled.append(line.rstrip("\n"))
-            changes.append(LineChange(conf, i + 1, line, f"set aside: {reasons[name]}"))
-            out.append(DISABLED_PREFIX + line)
-            continue
-        if name is not None and name in reasons:
-            # An earlier line of a key set again later: Slurm reads the last; set aside too.
-            disabled.append(line.rstrip("\n"))
-            changes.append(LineChange(conf, i + 1, line, "set aside: a later line sets it"))
-            out.append(DISABLED_PREFIX + line)
-            continue
-        out.append(line)
     nodes, partitions = policy_definitions(
         fragment, [(g.name, g.nodes) for g in target.node_groups]
     )
-    defined = edit_nodes(
-        "".join(out), fragment, nodes, partitions, path=conf, policy=target.policy_source
-    )
-    if defined.refusals:
-        return ConfEdit(pristine, {}, [], [], fragment, [], list(defined.refusals))
-    changes = [_shifted(c, defined.inserted) for c in changes]
-    changes += [LineChange(conf, c.line, c.before, c.reason) for c in defined.changes]
-    changes.sort(key=lambda c: c.line or 0)
-    text = defined.text
+    edited: dict[str, str] = {}
+    remaining = fragment  # the fragment less the nodes and partitions the site defines
+    for path, text in texts.items():
+        mine_changes: list[LineChange] = []
+        scanned = {line.index: line for line in scan_conf(text)}
+        out = []
+        for i, line in enumerate(text.splitlines(keepends=True)):
+            info = scanned.get(i)
+            name = info.key.lower() if info is not None and info.key is not None else None
+            if name is None or name not in reasons:
+                out.append(line)
+                continue
+            last = site[name].file == path and site[name].line == i + 1
+            # An earlier line of a key set again later: Slurm reads the last; aside too.
+            why = reasons[name] if last or name in HOOK_KEYS else "a later line sets it"
+            disabled.append(line.rstrip("\n"))
+            mine_changes.append(LineChange(path, i + 1, line, f"set aside: {why}"))
+            out.append(DISABLED_PREFIX + line)
+        defined = edit_nodes(
+            "".join(out), remaining, nodes, partitions, path=path, policy=target.policy_source
+        )
+        refusals += defined.refusals
+        remaining = defined.fragment
+        changes += [_shifted(c, defined.inserted) for c in mine_changes]
+        changes += [LineChange(path, c.line, c.before, c.reason) for c in defined.changes]
+        edited[path] = defined.text
+    if refusals:
+        return ConfEdit(pristine, {}, [], [], fragment, [], refusals)
+    changes.sort(key=lambda c: (c.path != conf, c.path, c.line or 0))
+    text = edited.pop(conf)
     if text and not text.endswith("\n"):
         text += "\n"
     text += target.include_line + "\n"
-    changes.append(
+    changes.insert(
+        sum(1 for c in changes if c.path == conf),
         LineChange(
             conf,
             text.count("\n"),
             None,
             f"{target.include_line!r} pulls in {target.fragment}: slurmpool's settings, "
             "GRES, nodes and partitions",
-        )
+        ),
     )
     notes = list(verdict.notes)
-    fragment = _with_settings(defined.fragment, joined, list(takeovers.values()))
-    return ConfEdit(text, site_hooks, disabled, notes, fragment, changes, [])
+    fragment = _with_settings(remaining, joined, list(takeovers.values()))
+    return ConfEdit(text, site_hooks, disabled, notes, fragment, changes, [], edited)
 
 
 def _shifted(change: LineChange, inserted: Sequence[int]) -> LineChange:
@@ -727,7 +741,8 @@ def plan_install(
     pristine = pristine_conf(current_conf.decode(), target)
     task_cgroup = options.task_cgroup or (old_manifest.task_cgroup if old_manifest else "require")
     needs = Needs(options.slurm, target.hook_timeouts, task_cgroup)
-    edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target, needs)
+    included = _site_includes(root_p, target, pristine)
+    edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target, needs, included)
     site_edits = _edit_site_files(root_p, target, generated, old_manifest, task_cgroup)
     refusals = edit.refusals + [r for e in site_edits.values() for r in e.refusals]
     if refusals:
@@ -769,8 +784,9 @@ def plan_install(
         text = edit.fragment if name == SLURM_FRAGMENT else generated[name]
         desired[os.path.join(target.config_dir, name)] = (text.encode(), 0o644)
     merged: dict[str, str] = {}
-    for path, site_edit in site_edits.items():
-        data = site_edit.text.encode(errors="surrogateescape")
+    texts = {path: e.text for path, e in site_edits.items()} | edit.included
+    for path, text in texts.items():
+        data = text.encode(errors="surrogateescape")
         desired[path] = (data, _mode(under(root_p, path)) or 0o644)
         merged[path] = hashlib.sha256(data).hexdigest()
     desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
@@ -855,6 +871,32 @@ def plan_install(
                 )
             )
     return Plan(root_p, tuple(dirs), tuple(files), tuple(notes), tuple(changes))
+
+
+def _site_includes(root: Path, target: InstallTarget, pristine: str) -> dict[str, str]:
+    """Every file the site's slurm.conf includes, near or far (path -> the site's text,
+    without slurmpool's marks); a file named that is not there is refused."""
+    cluster = site_settings(pristine).get("clustername")
+    texts: dict[str, str] = {}
+    queue = [(target.slurm_conf, pristine)]
+    while queue:
+        path, text = queue.pop(0)
+        for inc in includes_of(path, text, cluster.value if cluster else None, _ours(target)):
+            if inc.path in texts or inc.path == target.slurm_conf:
+                continue
+            data = _read(under(root, inc.path))
+            if data is None:
+                raise InstallError(
+                    f"{path} line {inc.line} ({inc.text.strip()!r}) includes {inc.path}, "
+                    "which is not there; slurmpool edits the site's files as Slurm reads them"
+                )
+            texts[inc.path] = unmark(data.decode(errors="surrogateescape"))
+            queue.append((inc.path, texts[inc.path]))
+    return texts
+
+
+def _ours(target: InstallTarget) -> Callable[[str], bool]:
+    return lambda path: path == target.fragment
 
 
 @dataclass(frozen=True)

@@ -654,3 +654,50 @@ def test_the_sites_own_node_and_partition_lines_stay_the_definitions(
     assert install_cli(site).output.strip() == "nothing to do"
     apply(plan_uninstall(policy.paths.state_dir))
     assert snapshot(site["root"]) == before
+
+
+def test_the_sites_included_files_are_read_and_edited_where_their_lines_are(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node, a partition and a list setting in files slurm.conf includes are edited
+    there, as in slurm.conf itself; uninstall restores both files, or after an admin's
+    edit removes only slurmpool's lines; an include of a file not there is refused."""
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    etc = site["conf"].parent
+    text = site["conf"].read_text().replace("NodeName=sbx[1-2] CPUs=8\n", "")
+    site["conf"].write_text(text + "Include nodes.conf\nInclude " + str(etc) + "/%c-sched.conf\n")
+    nodes = etc / "nodes.conf"
+    nodes.write_text(SITE_NODES)
+    sched = etc / "site-sched.conf"
+    sched.write_text("SchedulerParameters=bf_continue\nGresTypes=gpu,nic\n")
+    before = snapshot(site["root"])
+    dry = install_cli(site, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert f"# {nodes} line 2 ('NodeName=sbx[1-3] CPUs=32 RealMemory=64000 Weight=5'): set" in (
+        dry.output
+    )
+    assert f"# {sched} line 2 ('GresTypes=gpu,nic'): set aside: the site's gpu,nic is kept" in (
+        dry.output
+    )
+    assert install_cli(site).exit_code == 0
+    assert f"{DISABLED_PREFIX}GresTypes=gpu,nic\n" in sched.read_text()
+    assert "\nNodeName=sbx[1-2] CPUs=32 RealMemory=64000 Weight=5 Gres=" in nodes.read_text()
+    policy = policy_for(site["node"])
+    fragment = (Path(policy.paths.slurm_config_dir) / "slurmpool.conf").read_text()
+    assert "\nGresTypes=gpu,nic,vgpu,vgpufit\n" in fragment
+    assert "NodeName=sbx[1-2]" not in fragment and "PartitionName=pool" not in fragment
+    assert install_cli(site).output.strip() == "nothing to do"
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert snapshot(site["root"]) == before
+
+    assert install_cli(site).exit_code == 0
+    with nodes.open("a") as f:
+        f.write("NodeName=cpu01 CPUs=4\n")
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert nodes.read_text() == SITE_NODES + "NodeName=cpu01 CPUs=4\n"
+    assert sched.read_text() == "SchedulerParameters=bf_continue\nGresTypes=gpu,nic\n"
+
+    nodes.unlink()
+    result = install_cli(site)
+    assert result.exit_code == 1
+    assert f"line 9 ('Include nodes.conf') includes {nodes}, which is not there" in result.output

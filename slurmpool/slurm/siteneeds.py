@@ -22,11 +22,11 @@ Pure: the site's lines come in, a :class:`Verdict` comes out; install acts on it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from slurmpool.records import record
-from slurmpool.slurm.conf import scan_conf
+from slurmpool.slurm.conf import ConfLine, scan_conf
 from slurmpool.slurm.conflists import items
 from slurmpool.slurm.version import SlurmVersion
 
@@ -54,18 +54,25 @@ class SiteSetting:
     value: str
     line: int  # 1-based
     text: str  # the line as written
+    file: str = ""  # the file it is in, where not the one messages name
 
     def where(self, conf: str) -> str:
-        return f"{conf} line {self.line} ({self.text.strip()!r})"
+        return f"{self.file or conf} line {self.line} ({self.text.strip()!r})"
 
 
 def site_settings(text: str) -> dict[str, SiteSetting]:
     """The scalar and list settings of ``text`` by lower-case key; the last line wins."""
+    return settings_of(("", line) for line in scan_conf(text))
+
+
+def settings_of(lines: Iterable[tuple[str, ConfLine]]) -> dict[str, SiteSetting]:
+    """The settings of (file, line) pairs in the order Slurm reads them
+    (:func:`slurmpool.slurm.includes.walk`) by lower-case key; the last line wins."""
     out: dict[str, SiteSetting] = {}
-    for line in scan_conf(text):
+    for file, line in lines:
         if line.key is None or line.value is None or line.key.lower() in _NOT_SETTINGS:
             continue
-        out[line.key.lower()] = SiteSetting(line.key, line.value, line.index + 1, line.text)
+        out[line.key.lower()] = SiteSetting(line.key, line.value, line.index + 1, line.text, file)
     return out
 
 

@@ -42,7 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from slurmpool.configgen.files import CGROUP_CONF, GRES_CONF, SLURM_FILES, SLURM_FRAGMENT
+from slurmpool.configgen.files import (
+    CGROUP_CONF,
+    GRES_CONF,
+    JOB_SUBMIT_LUA,
+    SITE_JOB_SUBMIT_LUA,
+    SLURM_FILES,
+    SLURM_FRAGMENT,
+)
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME, SYSTEMD_DIR
 from slurmpool.hookpath import (
     HookImportPath,
@@ -52,7 +59,7 @@ from slurmpool.hookpath import (
 )
 from slurmpool.slurm.cgroupconf import edit_cgroup_conf
 from slurmpool.slurm.conf import scan_conf, strip_comment
-from slurmpool.slurm.conflists import is_list_key, merge
+from slurmpool.slurm.conflists import is_list_key, items, merge
 from slurmpool.slurm.gresconf import PooledGroup, edit_gres_conf
 from slurmpool.slurm.includes import includes_of, walk
 from slurmpool.slurm.marks import DISABLED_PREFIX, unmark
@@ -628,6 +635,8 @@ class Manifest:
     task_cgroup: TaskCgroup = "require"  # the install's --task-cgroup, which the next keeps
     # Site files slurmpool added lines to (cgroup.conf) -> the installed text's sha256.
     merged_sha256: dict[str, str] = field(default_factory=dict)
+    # A site file moved for slurmpool's to run it (job_submit.site.lua) -> where it was.
+    moved: dict[str, str] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         data: dict[str, Any] = {
@@ -653,6 +662,8 @@ class Manifest:
             data["task_cgroup"] = self.task_cgroup
         if self.merged_sha256:
             data["merged_sha256"] = dict(sorted(self.merged_sha256.items()))
+        if self.moved:
+            data["moved"] = dict(sorted(self.moved.items()))
         return (json.dumps(data, indent=2) + "\n").encode()
 
     @classmethod
@@ -682,6 +693,7 @@ class Manifest:
                 hook_timeout_bin=d.get("hook_timeout_bin"),
                 task_cgroup=_task_cgroup(d.get("task_cgroup", "require")),
                 merged_sha256={str(k): str(v) for k, v in d.get("merged_sha256", {}).items()},
+                moved={str(k): str(v) for k, v in d.get("moved", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as err:
             raise InstallError(f"{source}: malformed install manifest: {err!r}") from None
@@ -789,6 +801,9 @@ def plan_install(
         data = text.encode(errors="surrogateescape")
         desired[path] = (data, _mode(under(root_p, path)) or 0o644)
         merged[path] = hashlib.sha256(data).hexdigest()
+    moved = _move_site_lua(root_p, target, old_manifest, pristine, included)
+    for copy, (data, mode) in moved.items():
+        desired[copy] = (data, mode)
     desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
     for spec in HOOKS:
         text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target, import_path)
@@ -842,6 +857,7 @@ def plan_install(
         hook_timeout_bin=target.timeout_bin,
         task_cgroup=task_cgroup,
         merged_sha256=merged,
+        moved={copy: os.path.join(target.config_dir, JOB_SUBMIT_LUA) for copy in moved},
     )
     manifest_bytes = manifest.to_bytes()
     manifest_real = under(root_p, target.manifest)
@@ -860,7 +876,19 @@ def plan_install(
     for name in SLURM_FILES:
         path = os.path.join(target.config_dir, name)
         site_file = originals[path][0]
-        if path not in merged and name != SLURM_FRAGMENT and site_file is not None:
+        if name == JOB_SUBMIT_LUA and moved:
+            copy = next(iter(moved))
+            changes.append(
+                LineChange(
+                    path,
+                    None,
+                    None,
+                    f"the site's file moves to {copy}, which slurmpool's job_submit.lua runs "
+                    "first, in an environment of its own; edit it there, then touch "
+                    f"{path} (slurmctld reloads it when it changes)",
+                )
+            )
+        elif path not in merged and name != SLURM_FRAGMENT and site_file is not None:
             changes.append(
                 LineChange(
                     path,
@@ -893,6 +921,42 @@ def _site_includes(root: Path, target: InstallTarget, pristine: str) -> dict[str
             texts[inc.path] = unmark(data.decode(errors="surrogateescape"))
             queue.append((inc.path, texts[inc.path]))
     return texts
+
+
+def _move_site_lua(
+    root: Path,
+    target: InstallTarget,
+    old_manifest: Manifest | None,
+    pristine: str,
+    included: Mapping[str, str],
+) -> dict[str, tuple[bytes, int]]:
+    """The site's own job_submit.lua, where it has one, at the path slurmpool's runs it
+    from (``{copy: (bytes, mode)}``; empty where the site has none).  A copy an admin
+    edited since is kept as it is."""
+    path = os.path.join(target.config_dir, JOB_SUBMIT_LUA)
+    copy = os.path.join(target.config_dir, SITE_JOB_SUBMIT_LUA)
+    if old_manifest is not None and path in old_manifest.files:
+        original, mode = old_manifest.files[path]
+    else:
+        original, mode = _read(under(root, path)), _mode(under(root, path))
+    if original is None:
+        return {}
+    ours = old_manifest is not None and copy in old_manifest.moved
+    current = _read(under(root, copy))
+    if current is not None and not ours:
+        raise InstallError(
+            f"{copy} is there already, and install moves the site's {path} there; "
+            "move it away first"
+        )
+    plugins = settings_of(walk(target.slurm_conf, {target.slurm_conf: pristine, **included}))
+    submit = plugins.get("jobsubmitplugins")
+    if submit is None or "lua" not in (p.lower() for p in items(submit.value)):
+        raise InstallError(
+            f"{path} is there, but the site's JobSubmitPlugins has no lua, so Slurm does not "
+            "run it; slurmpool's job_submit.lua would run it first: move it away, or add lua "
+            "to the site's JobSubmitPlugins"
+        )
+    return {copy: (current if current is not None else original, mode or 0o644)}
 
 
 def _ours(target: InstallTarget) -> Callable[[str], bool]:
@@ -984,9 +1048,16 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
         return Plan(root_p, notes=(f"no install manifest in {state_dir}: nothing installed",))
     notes: list[str] = []
     files: list[FileChange] = []
+    back = {where: copy for copy, where in manifest.moved.items()}
     for path, (original, mode) in sorted(manifest.files.items()):
         real = under(root_p, path)
         current = _read(real)
+        if path in back and original is not None:
+            # The site's file back from where slurmpool ran it, with any edits made there.
+            edited_copy = _read(under(root_p, back[path]))
+            if edited_copy is not None and edited_copy != original:
+                notes.append(f"{path} gets back the site's file as edited in {back[path]}")
+                original = edited_copy
         edited = (
             path == manifest.slurm_conf
             and current is not None

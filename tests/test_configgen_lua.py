@@ -23,6 +23,7 @@ slurm = {
   SUCCESS = 0, ERROR = -1,
   log_user = function(fmt, ...) logs[#logs + 1] = string.format(fmt, ...) end,
   log_info = function(fmt, ...) infos[#infos + 1] = string.format(fmt, ...) end,
+  log_error = function(fmt, ...) infos[#infos + 1] = "error: " .. string.format(fmt, ...) end,
   log_debug = function(fmt, ...) end,
 }
 local loaded = dofile(SCRIPT)
@@ -410,3 +411,61 @@ def test_shared_rejections(shared_results: dict[str, tuple], cid: str, fragment:
     rc, _tres, _extra, _name, logs, _infos = shared_results[cid]
     assert rc == ERROR
     assert fragment in logs
+
+
+ACCOUNT_RULE = """
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if job_desc.account == nil or job_desc.account == "" then
+    slurm.log_user("please give --account")
+    return slurm.ERROR
+  end
+  if job_desc.name == "wants-gpu" then
+    job_desc.tres_per_node = "gres:vgpu:5"
+  end
+  return slurm.SUCCESS
+end
+-- Globals that slurmpool's own code would use, were they shared.
+POOLS, check_job, split_commas = {}, nil, nil
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  error("the site's modify broke")
+end
+return slurm.SUCCESS
+"""
+
+
+def site_script(tmp: Path, site_lua: str | None) -> Path:
+    """The sandbox's job_submit.lua with the site's own at the path it runs it from."""
+    policy = load_policy(ROOT / "examples" / "sandbox.yaml", variables={"root": str(tmp)})
+    etc = Path(policy.paths.slurm_config_dir)
+    etc.mkdir(parents=True, exist_ok=True)
+    if site_lua is not None:
+        (etc / "job_submit.site.lua").write_text(site_lua)
+    script = etc / "job_submit.lua"
+    script.write_text(generate(policy, installed=NODE_SLURM).files["job_submit.lua"])
+    return script
+
+
+def test_the_sites_own_lua_runs_first_and_slurmpool_has_the_last_word(tmp_path: Path) -> None:
+    cases: list[Case] = [
+        ("no-account", {"tres_per_node": "gres:vgpu:1"}, None),
+        ("account", {"tres_per_node": "gres:vgpu:6", "account": "physics"}, None),
+        ("site-adds-vgpu", {"name": "wants-gpu", "account": "physics"}, None),
+        ("modify", {"tres_per_node": "gres:vgpu:2"}, {"partition": "pool"}),
+    ]
+    res = run_cases(site_script(tmp_path, ACCOUNT_RULE), cases, tmp_path)
+    assert res["no-account"][0] == ERROR and res["no-account"][4] == "please give --account"
+    fitted = "gres:vgpu:7,gres:vgpufit:s7:1,gres:vgpufit:next:1"
+    assert res["account"][:2] == (SUCCESS, fitted)
+    # What the site's code asks for is rounded as any request is, and the user told.
+    assert res["site-adds-vgpu"][:2] == (SUCCESS, fitted)
+    assert "vgpu:5 rounded up to vgpu:7" in res["site-adds-vgpu"][4]
+    rc, tres, _extra, _name, _logs, infos = res["modify"]
+    assert (rc, tres) == (ERROR, "gres:vgpu:2")
+    assert "error: slurmpool: the site's slurm_job_modify failed" in infos
+
+
+def test_a_site_lua_that_cannot_load_closes_submission(tmp_path: Path) -> None:
+    script = site_script(tmp_path, "function slurm_job_submit(\n")
+    res = run_cases(script, [("any", {"name": "plain"}, None)], tmp_path)
+    rc, _tres, _extra, _name, logs, _infos = res["any"]
+    assert rc == ERROR and logs.startswith("job submission is closed")

@@ -261,10 +261,14 @@ def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
         f"pulls in {conf.parent}/slurmpool.conf: slurmpool's settings, GRES, nodes and partitions",
     ]
     assert f"# {gres} line 3 (new): added, through line " in out
+    # A site job_submit.lua Slurm does not run (no lua in JobSubmitPlugins) is refused.
     job_submit = conf.parent / "job_submit.lua"
     job_submit.write_text("function slurm_job_submit() return 0 end\n")
-    out = install_cli(site, "--dry-run").output
-    assert f"# {job_submit}: the site's file (1 line) is replaced by slurmpool's generated" in out
+    refused = install_cli(site, "--dry-run")
+    assert refused.exit_code == 1
+    assert "but the site's JobSubmitPlugins has no lua, so Slurm does not run it" in (
+        refused.output
+    )
 
 
 def test_install_refuses_a_site_whose_settings_contradict_the_pool(site: dict[str, Path]) -> None:
@@ -701,3 +705,49 @@ def test_the_sites_included_files_are_read_and_edited_where_their_lines_are(
     result = install_cli(site)
     assert result.exit_code == 1
     assert f"line 9 ('Include nodes.conf') includes {nodes}, which is not there" in result.output
+
+
+SITE_LUA = """\
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if job_desc.account == nil then
+    slurm.log_user("please give --account")
+    return slurm.ERROR
+  end
+  return slurm.SUCCESS
+end
+return slurm.SUCCESS
+"""
+
+
+def test_a_sites_job_submit_lua_moves_where_slurmpools_runs_it_first(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    with site["conf"].open("a") as f:
+        f.write("JobSubmitPlugins=lua\n")
+    lua = site["conf"].parent / "job_submit.lua"
+    lua.write_text(SITE_LUA)
+    lua.chmod(0o640)
+    copy = site["conf"].parent / "job_submit.site.lua"
+    before = snapshot(site["root"])
+    dry = install_cli(site, "--dry-run")
+    assert f"# {lua}: the site's file moves to {copy}, which slurmpool's job_submit.lua " in (
+        dry.output
+    )
+    assert install_cli(site).exit_code == 0
+    assert copy.read_text() == SITE_LUA and stat.S_IMODE(copy.stat().st_mode) == 0o640
+    assert f"local SITE_LUA = {str(copy)!r}".replace("'", '"') in lua.read_text()
+    assert install_cli(site).output.strip() == "nothing to do"
+    policy = policy_for(site["node"])
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert snapshot(site["root"]) == before
+
+    # Edits made to the site's file where slurmpool runs it survive a reinstall and
+    # go back with uninstall.
+    assert install_cli(site).exit_code == 0
+    copy.write_text(SITE_LUA.replace("please give", "give"))
+    assert install_cli(site).output.strip() == "nothing to do"
+    plan = plan_uninstall(policy.paths.state_dir)
+    assert f"{lua} gets back the site's file as edited in {copy}" in plan.notes
+    apply(plan)
+    assert lua.read_text() == SITE_LUA.replace("please give", "give") and not copy.exists()

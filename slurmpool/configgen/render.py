@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpool.catalogue import Catalogue, default_catalogue
-from slurmpool.configgen.files import CGROUP_CONF, GRES_CONF, JOB_SUBMIT_LUA, SLURM_FRAGMENT
+from slurmpool.configgen.files import (
+    CGROUP_CONF,
+    GRES_CONF,
+    JOB_SUBMIT_LUA,
+    SITE_JOB_SUBMIT_LUA,
+    SLURM_FRAGMENT,
+)
 from slurmpool.configgen.inventory import ConfigError, Inventory, match_inventories
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME
 from slurmpool.configgen.plan import (
@@ -117,6 +123,7 @@ def generate(
         "cluster": policy.cluster,
         "accounting": policy.accounting,
         "slurm_config_dir": policy.paths.slurm_config_dir.rstrip("/"),
+        "site_lua": os.path.join(policy.paths.slurm_config_dir, SITE_JOB_SUBMIT_LUA),
         "hooks": [(key, f"{hooks_dir}/{name}") for key, name in HOOK_NAMES.items()],
         "classes": classes,
         "partitions": partitions,

@@ -32,7 +32,67 @@ prolog never carves what Extra says: it reads the allocation from
 slurmctld and logs an Extra that disagrees as a forgery attempt.  Other jobs
 are left alone.  Job strings are only ever compared and matched, never
 turned into code.
+
+A site's own job_submit.lua, which `slurmpool install` moves to
+/etc/slurm/job_submit.site.lua, runs first: its slurm_job_submit and
+slurm_job_modify see each job before slurmpool does, in an environment of
+their own (its globals never replace slurmpool's).  A rejection by the site's
+code stands, with its message; what it leaves, slurmpool then checks and
+normalises, so slurmpool's rounding, scrubbing and constraints have the last
+word.  After editing the site's file, touch this one: slurmctld reloads
+job_submit.lua when its modification time changes.
 --]]
+
+-- The site's own job_submit.lua, loaded into an environment of its own: it reads
+-- every global (slurm.*, string...) but the globals it defines stay in SITE_ENV.
+local SITE_LUA = "/etc/slurm/job_submit.site.lua"
+local SITE_ENV = setmetatable({}, { __index = _G })
+local SITE_ERROR = nil  -- why the site's file could not be loaded
+do
+  local file = io.open(SITE_LUA, "r")
+  if file ~= nil then
+    file:close()
+    -- Lua 5.1 takes the environment from setfenv, 5.2 and later from loadfile.
+    local chunk, err = loadfile(SITE_LUA, "t", SITE_ENV)
+    if chunk == nil then
+      SITE_ERROR = err
+    else
+      if setfenv ~= nil then
+        setfenv(chunk, SITE_ENV)
+      end
+      local ok, rc = pcall(chunk)
+      if not ok then
+        SITE_ERROR = rc
+      elseif rc ~= nil and rc ~= slurm.SUCCESS then
+        SITE_ERROR = SITE_LUA .. " returned " .. tostring(rc) .. " when loaded"
+      end
+    end
+    if SITE_ERROR ~= nil then
+      slurm.log_error("slurmpool: the site's %s cannot be run: %s", SITE_LUA, tostring(SITE_ERROR))
+    end
+  end
+end
+
+-- The site's function `name` on the job first: slurm.SUCCESS where the site has none,
+-- its return code otherwise; every job is refused while the site's file cannot run,
+-- as Slurm would refuse them with that file alone.
+local function site_first(name, ...)
+  if SITE_ERROR ~= nil then
+    slurm.log_user("job submission is closed: the site's job_submit.lua cannot be run; " ..
+      "tell the cluster's administrators")
+    return slurm.ERROR
+  end
+  local fn = rawget(SITE_ENV, name)
+  if fn == nil then
+    return slurm.SUCCESS
+  end
+  local ok, rc = pcall(fn, ...)
+  if not ok then
+    slurm.log_error("slurmpool: the site's %s failed: %s", name, tostring(rc))
+    return slurm.ERROR
+  end
+  return rc
+end
 
 -- Pools per partition, generated from the policy (data, not code).
 local POOLS = {
@@ -357,12 +417,20 @@ local function check_job(job_desc, partition_field, part_list, uid, job_rec)
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
+  local site_rc = site_first("slurm_job_submit", job_desc, part_list, submit_uid)
+  if site_rc ~= slurm.SUCCESS then
+    return site_rc
+  end
   log_forged_lines(job_desc, submit_uid, "submitted")
   scrub_job_extra(job_desc)
   return check_job(job_desc, job_desc.partition, part_list, submit_uid, nil)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  local site_rc = site_first("slurm_job_modify", job_desc, job_rec, part_list, modify_uid)
+  if site_rc ~= slurm.SUCCESS then
+    return site_rc
+  end
   log_forged_lines(job_desc, modify_uid, "modified")
   scrub_job_extra(job_desc)
   local partition = job_desc.partition

@@ -67,6 +67,7 @@ from slurmpool.slurm.siteneeds import (
     TASK_CGROUP_CHOICES,
     Needs,
     Setting,
+    SiteSetting,
     TaskCgroup,
     settings_of,
     site_settings,
@@ -90,6 +91,11 @@ STATE_DIR_MODE = 0o700
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 Order = Literal["site-first", "slurmpool-first", "both"]
+# What install writes on a machine: the shared Slurm configuration (controller), what
+# one node needs (node), or both on one machine.
+Role = Literal["controller", "node", "both"]
+ROLES: tuple[Role, ...] = ("controller", "node", "both")
+UNIT_WANTED_BY = "multi-user.target.wants"  # the monitord unit's WantedBy, enabled
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,7 @@ class HookSpec:
     slurm_key: str  # slurm.conf key
     order: Order
     order_text: str
+    on: Literal["controller", "node"] = "node"  # the daemon that runs it: slurmctld, slurmd
 
 
 HOOKS: tuple[HookSpec, ...] = (
@@ -128,6 +135,7 @@ HOOKS: tuple[HookSpec, ...] = (
         "slurmpool-first",
         "slurmpool's EpilogSlurmctld first, then the site's, which always runs; "
         "slurmpool's failure is returned, else the site's status.",
+        on="controller",
     ),
 )
 HOOK_KEYS = {h.slurm_key.lower(): h for h in HOOKS}
@@ -310,6 +318,13 @@ class DirChange:
     owner_root: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class LinkChange:
+    path: str  # the symlink, as the node sees it
+    target: str  # what it points to
+    action: Literal["create", "remove"] = "create"
+
+
 @dataclass(frozen=True)
 class Plan:
     root: Path
@@ -317,10 +332,11 @@ class Plan:
     files: tuple[FileChange, ...] = ()
     notes: tuple[str, ...] = ()
     changes: tuple[LineChange, ...] = ()  # the site's lines install changes, and why
+    links: tuple[LinkChange, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.dirs and not self.files
+        return not self.dirs and not self.files and not self.links
 
     def real(self, path: str) -> Path:
         return under(self.root, path)
@@ -328,6 +344,7 @@ class Plan:
     def summary(self) -> list[str]:
         lines = [f"{d.action} directory {d.path} (mode {d.mode:04o})" for d in self.dirs]
         lines += [f"{f.action} {f.path}" for f in self.files]
+        lines += [f"{link.action} link {link.path} -> {link.target}" for link in self.links]
         return lines
 
     def diff(self) -> str:
@@ -343,6 +360,8 @@ class Plan:
             out.extend(difflib.unified_diff(old, new, a, b))
             if out and not out[-1].endswith("\n"):
                 out[-1] += "\n"
+        for link in self.links:
+            out.append(f"# {link.action} link {link.path} -> {link.target}\n")
         return "".join(out)
 
 
@@ -481,10 +500,7 @@ def edit_conf(
     for key, setting in takeovers.items():
         reasons[key] = f"{target.fragment} sets {setting.key}={setting.value}: {setting.reason}"
 
-    site_hooks: dict[str, list[str]] = {}
-    for key, spec in HOOK_KEYS.items():  # the last line's programs, as Slurm reads them
-        if key in site:
-            site_hooks[spec.slurm_key] = [p.strip() for p in site[key].value.split(",") if p]
+    site_hooks = site_hooks_of(site)
     disabled: list[str] = []
     changes: list[LineChange] = []
     nodes, partitions = policy_definitions(
@@ -536,6 +552,15 @@ def edit_conf(
     notes = list(verdict.notes)
     fragment = _with_settings(remaining, joined, list(takeovers.values()))
     return ConfEdit(text, site_hooks, disabled, notes, fragment, changes, [], edited)
+
+
+def site_hooks_of(site: Mapping[str, SiteSetting]) -> dict[str, list[str]]:
+    """The site's own hook programs by slurm.conf key (the last line's, as Slurm reads)."""
+    out: dict[str, list[str]] = {}
+    for key, spec in HOOK_KEYS.items():
+        if key in site:
+            out[spec.slurm_key] = [p.strip() for p in site[key].value.split(",") if p.strip()]
+    return out
 
 
 def _shifted(change: LineChange, inserted: Sequence[int]) -> LineChange:
@@ -637,6 +662,7 @@ class Manifest:
     merged_sha256: dict[str, str] = field(default_factory=dict)
     # A site file moved for slurmpool's to run it (job_submit.site.lua) -> where it was.
     moved: dict[str, str] = field(default_factory=dict)
+    links_created: list[str] = field(default_factory=list)  # symlinks install made
 
     def to_bytes(self) -> bytes:
         data: dict[str, Any] = {
@@ -664,6 +690,8 @@ class Manifest:
             data["merged_sha256"] = dict(sorted(self.merged_sha256.items()))
         if self.moved:
             data["moved"] = dict(sorted(self.moved.items()))
+        if self.links_created:
+            data["links_created"] = self.links_created
         return (json.dumps(data, indent=2) + "\n").encode()
 
     @classmethod
@@ -694,6 +722,7 @@ class Manifest:
                 task_cgroup=_task_cgroup(d.get("task_cgroup", "require")),
                 merged_sha256={str(k): str(v) for k, v in d.get("merged_sha256", {}).items()},
                 moved={str(k): str(v) for k, v in d.get("moved", {}).items()},
+                links_created=[str(x) for x in d.get("links_created", [])],
             )
         except (KeyError, TypeError, ValueError) as err:
             raise InstallError(f"{source}: malformed install manifest: {err!r}") from None
@@ -734,36 +763,52 @@ def plan_install(
     generated: Mapping[str, str],
     root: str | os.PathLike[str] = "/",
     options: SiteOptions | None = None,
+    role: Role = "both",
 ) -> Plan:
-    """Every change needed so the node matches ``target`` with ``generated`` files."""
+    """Every change needed so the machine matches ``target`` with ``generated`` files.
+
+    ``role``: ``controller`` writes the Slurm configuration every daemon shares (the
+    slurm.conf merge, slurmpool.conf, gres.conf, cgroup.conf, job_submit.lua) and the
+    EpilogSlurmctld wrapper; ``node`` what one node needs (its hook wrappers, the node
+    config, the state dir, the monitord unit, enabled) and reads slurm.conf only for
+    the site's own hooks; ``both``, one machine that is both."""
     options = options or SiteOptions()
     root_p = Path(root)
     conf_path = under(root_p, target.slurm_conf)
     current_conf = _read(conf_path)
     if current_conf is None:
+        what = (
+            "install --node reads the site's slurm.conf (the shared file, or the copy "
+            "slurmd keeps on a configless site) for the site's own hooks"
+            if role == "node"
+            else "install edits the site's slurm.conf"
+        )
         raise InstallError(
-            f"{conf_path}: no slurm.conf there; install edits the site's slurm.conf, "
-            "pass the right one with --slurm-conf (or --root for a staged tree)"
+            f"{conf_path}: no slurm.conf there; {what}: pass it with --slurm-conf "
+            "(or --root for a staged tree)"
         )
     missing = [n for n in (*SLURM_FILES, NODE_CONFIG_NAME) if n not in generated]
     if missing:
         raise InstallError(f"generated config lacks {', '.join(missing)}")
     old_manifest = read_manifest(root_p, target.state_dir)
-
     pristine = pristine_conf(current_conf.decode(), target)
     task_cgroup = options.task_cgroup or (old_manifest.task_cgroup if old_manifest else "require")
-    needs = Needs(options.slurm, target.hook_timeouts, task_cgroup)
     included = _site_includes(root_p, target, pristine)
-    edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target, needs, included)
-    site_edits = _edit_site_files(root_p, target, generated, old_manifest, task_cgroup)
-    refusals = edit.refusals + [r for e in site_edits.values() for r in e.refusals]
-    if refusals:
-        raise InstallError(
-            "the site's Slurm configuration cannot take slurmpool as it is:\n"
-            + "\n".join(f"  - {r}" for r in refusals)
+    shared = (
+        _plan_shared(root_p, target, generated, old_manifest, pristine, included, options)
+        if role != "node"
+        else None
+    )
+    if shared is not None:
+        site_hooks = shared.edit.site_hooks
+    else:
+        site_hooks = site_hooks_of(
+            settings_of(
+                walk(target.slurm_conf, {target.slurm_conf: pristine, **included}, _ours(target))
+            )
         )
     wrappers = {os.path.join(target.hooks_dir, h.name) for h in HOOKS}
-    for key, programs in edit.site_hooks.items():
+    for key, programs in site_hooks.items():
         clash = [p for p in programs if p in wrappers]
         if clash:
             raise InstallError(
@@ -774,7 +819,7 @@ def plan_install(
     staged = root_p.resolve() != Path("/")
     if not staged:
         check_interpreter(target.python)
-    notes = list(edit.notes)
+    notes = list(shared.edit.notes) if shared is not None else []
     resolved: HookImportPath | None = None
     try:
         resolved = resolve_import_path(target.python, target.python_path)
@@ -791,31 +836,25 @@ def plan_install(
         target.python, front_entries(target.python_path), (), (), {}
     )
 
-    desired: dict[str, tuple[bytes, int]] = {}
-    for name in SLURM_FILES:
-        text = edit.fragment if name == SLURM_FRAGMENT else generated[name]
-        desired[os.path.join(target.config_dir, name)] = (text.encode(), 0o644)
-    merged: dict[str, str] = {}
-    texts = {path: e.text for path, e in site_edits.items()} | edit.included
-    for path, text in texts.items():
-        data = text.encode(errors="surrogateescape")
-        desired[path] = (data, _mode(under(root_p, path)) or 0o644)
-        merged[path] = hashlib.sha256(data).hexdigest()
-    moved = _move_site_lua(root_p, target, old_manifest, pristine, included)
-    for copy, (data, mode) in moved.items():
-        desired[copy] = (data, mode)
+    desired: dict[str, tuple[bytes, int]] = dict(shared.desired) if shared is not None else {}
     desired[target.node_config] = (generated[NODE_CONFIG_NAME].encode(), 0o644)
     for spec in HOOKS:
-        text = render_wrapper(spec, edit.site_hooks.get(spec.slurm_key, []), target, import_path)
-        desired[os.path.join(target.hooks_dir, spec.name)] = (text.encode(), 0o755)
-    desired[os.path.join(target.systemd_dir, UNIT_NAME)] = (render_unit(target).encode(), 0o644)
-    conf_mode = _mode(conf_path) or 0o644
-    desired[target.slurm_conf] = (edit.text.encode(), conf_mode)
+        if role == "both" or spec.on == role:
+            text = render_wrapper(spec, site_hooks.get(spec.slurm_key, []), target, import_path)
+            desired[os.path.join(target.hooks_dir, spec.name)] = (text.encode(), 0o755)
+    links: dict[str, str] = {}
+    wanted_dirs = [target.config_dir, target.hooks_dir]
+    if role != "controller":
+        unit = os.path.join(target.systemd_dir, UNIT_NAME)
+        desired[unit] = (render_unit(target).encode(), 0o644)
+        # `systemctl enable`, as the unit's WantedBy says: what a stateless image needs.
+        wants = os.path.join(target.systemd_dir, UNIT_WANTED_BY)
+        links[os.path.join(wants, UNIT_NAME)] = unit
+        wanted_dirs += [target.systemd_dir, wants]
 
     # Directories: what is missing gets created (and recorded for uninstall).
     dirs: list[DirChange] = []
     created: list[str] = list(old_manifest.dirs_created) if old_manifest else []
-    wanted_dirs = [target.config_dir, target.hooks_dir, target.systemd_dir]
     for d in _missing_dirs(root_p, wanted_dirs):
         dirs.append(DirChange(d, "create", 0o755))
         created.append(d)
@@ -843,21 +882,41 @@ def plan_install(
             originals[path] = (old, old_mode)
         if old != new or (old_mode is not None and old_mode != mode):
             files.append(FileChange(path, old, new, mode))
+    link_changes = []
+    for path, points_to in links.items():
+        real = under(root_p, path)
+        if real.is_symlink() and os.readlink(real) == points_to:
+            continue
+        if real.exists() or real.is_symlink():
+            raise InstallError(
+                f"{path} is there already and is not slurmpool's link to {points_to}"
+            )
+        link_changes.append(LinkChange(path, points_to))
 
+    old_links = list(old_manifest.links_created) if old_manifest else []
     manifest = Manifest(
         slurm_conf=target.slurm_conf,
         files=originals,
         dirs_created=_dedupe(created),
-        site_hooks=edit.site_hooks
-        if not old_manifest
-        else (old_manifest.site_hooks or edit.site_hooks),
-        disabled_lines=edit.disabled,
-        installed_conf_sha256=hashlib.sha256(edit.text.encode()).hexdigest(),
+        site_hooks=site_hooks if not old_manifest else (old_manifest.site_hooks or site_hooks),
+        disabled_lines=shared.edit.disabled
+        if shared is not None
+        else (old_manifest.disabled_lines if old_manifest else []),
+        installed_conf_sha256=hashlib.sha256(shared.edit.text.encode()).hexdigest()
+        if shared is not None
+        else (old_manifest.installed_conf_sha256 if old_manifest else ""),
         hook_import_path=resolved,
         hook_timeout_bin=target.timeout_bin,
         task_cgroup=task_cgroup,
-        merged_sha256=merged,
-        moved={copy: os.path.join(target.config_dir, JOB_SUBMIT_LUA) for copy in moved},
+        merged_sha256={
+            **(old_manifest.merged_sha256 if old_manifest else {}),
+            **(shared.merged if shared is not None else {}),
+        },
+        moved={
+            **(old_manifest.moved if old_manifest else {}),
+            **(shared.moved if shared is not None else {}),
+        },
+        links_created=_dedupe([*old_links, *links]),
     )
     manifest_bytes = manifest.to_bytes()
     manifest_real = under(root_p, target.manifest)
@@ -870,12 +929,70 @@ def plan_install(
             "nor that what the hooks run, import and write is root's alone "
             "(`slurmpool doctor` on the node checks both)"
         )
+    changes = shared.changes if shared is not None else []
+    return Plan(
+        root_p, tuple(dirs), tuple(files), tuple(notes), tuple(changes), tuple(link_changes)
+    )
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    """What install --controller writes: the Slurm configuration every daemon shares."""
+
+    edit: ConfEdit
+    desired: dict[str, tuple[bytes, int]]  # path -> (bytes, mode)
+    merged: dict[str, str]  # site files with slurmpool's lines joined -> their sha256
+    moved: dict[str, str]  # the site's job_submit.lua, where slurmpool's runs it -> where it was
+    changes: list[LineChange]
+
+
+def _plan_shared(
+    root: Path,
+    target: InstallTarget,
+    generated: Mapping[str, str],
+    old_manifest: Manifest | None,
+    pristine: str,
+    included: Mapping[str, str],
+    options: SiteOptions,
+) -> SharedPlan:
+    task_cgroup = options.task_cgroup or (old_manifest.task_cgroup if old_manifest else "require")
+    needs = Needs(options.slurm, target.hook_timeouts, task_cgroup)
+    edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target, needs, included)
+    site_edits = _edit_site_files(root, target, generated, old_manifest, task_cgroup)
+    refusals = edit.refusals + [r for e in site_edits.values() for r in e.refusals]
+    if refusals:
+        raise InstallError(
+            "the site's Slurm configuration cannot take slurmpool as it is:\n"
+            + "\n".join(f"  - {r}" for r in refusals)
+        )
+    desired: dict[str, tuple[bytes, int]] = {}
+    for name in SLURM_FILES:
+        text = edit.fragment if name == SLURM_FRAGMENT else generated[name]
+        desired[os.path.join(target.config_dir, name)] = (text.encode(), 0o644)
+    merged: dict[str, str] = {}
+    texts = {path: e.text for path, e in site_edits.items()} | edit.included
+    for path, text in texts.items():
+        data = text.encode(errors="surrogateescape")
+        desired[path] = (data, _mode(under(root, path)) or 0o644)
+        merged[path] = hashlib.sha256(data).hexdigest()
+    moved = _move_site_lua(root, target, old_manifest, pristine, included)
+    for copy, (data, mode) in moved.items():
+        desired[copy] = (data, mode)
+    desired[target.slurm_conf] = (
+        edit.text.encode(),
+        _mode(under(root, target.slurm_conf)) or 0o644,
+    )
+
     changes = list(edit.changes)
     for site_edit in site_edits.values():
         changes += site_edit.changes
     for name in SLURM_FILES:
         path = os.path.join(target.config_dir, name)
-        site_file = originals[path][0]
+        site_file = (
+            old_manifest.files[path][0]
+            if old_manifest is not None and path in old_manifest.files
+            else _read(under(root, path))
+        )
         if name == JOB_SUBMIT_LUA and moved:
             copy = next(iter(moved))
             changes.append(
@@ -898,7 +1015,8 @@ def plan_install(
                     "slurmpool's generated one; uninstall puts it back",
                 )
             )
-    return Plan(root_p, tuple(dirs), tuple(files), tuple(notes), tuple(changes))
+    where = os.path.join(target.config_dir, JOB_SUBMIT_LUA)
+    return SharedPlan(edit, desired, merged, {copy: where for copy in moved}, changes)
 
 
 def _site_includes(root: Path, target: InstallTarget, pristine: str) -> dict[str, str]:
@@ -1091,8 +1209,13 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
             files.append(FileChange(path, current, original, mode if mode is not None else 0o644))
     manifest_path = os.path.join(state_dir, MANIFEST_NAME)
     files.append(FileChange(manifest_path, _read(under(root_p, manifest_path)), None))
+    links = []
+    for path in manifest.links_created:
+        real = under(root_p, path)
+        if real.is_symlink():
+            links.append(LinkChange(path, os.readlink(real), "remove"))
     dirs = [DirChange(d, "remove") for d in reversed(manifest.dirs_created)]
-    return Plan(root_p, tuple(dirs), tuple(files), tuple(notes))
+    return Plan(root_p, tuple(dirs), tuple(files), tuple(notes), links=tuple(links))
 
 
 def _target_from_manifest(manifest: Manifest, state_dir: str) -> InstallTarget:
@@ -1144,6 +1267,13 @@ def apply(plan: Plan) -> list[str]:
         else:
             _write_atomic(real, f.new, f.mode)
         done.append(f"{f.action} {f.path}")
+    for link in plan.links:
+        real = plan.real(link.path)
+        if link.action == "create":
+            os.symlink(link.target, real)
+        else:
+            real.unlink(missing_ok=True)
+        done.append(f"{link.action} link {link.path}")
     for d in removals:
         real = plan.real(d.path)
         try:

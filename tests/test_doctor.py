@@ -43,11 +43,8 @@ def make_node(node: Path, gpus: list[tuple[str, bool]]) -> Policy:
     target = target_for_policy(
         policy, systemd_dir=str(node / "systemd"), python=needs.hook_python()
     )
+    # install enables slurmpool-monitord, as `systemctl enable` would.
     apply(plan_install(target, generate(policy, installed=NODE_SLURM).files))
-    # `systemctl enable slurmpool-monitord`, as the unit's WantedBy says.
-    wants = node / "systemd" / "multi-user.target.wants"
-    wants.mkdir()
-    (wants / UNIT_NAME).symlink_to(f"../{UNIT_NAME}")
     create_node(
         policy.gpu_backend[len("sim:") :],
         policy.paths.devices_root,

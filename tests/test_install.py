@@ -751,3 +751,78 @@ def test_a_sites_job_submit_lua_moves_where_slurmpools_runs_it_first(
     assert f"{lua} gets back the site's file as edited in {copy}" in plan.notes
     apply(plan)
     assert lua.read_text() == SITE_LUA.replace("please give", "give") and not copy.exists()
+
+
+SHARED_FILES = ("slurmpool.conf", "gres.conf", "cgroup.conf", "job_submit.lua")
+
+
+def test_controller_and_node_are_installed_apart(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--controller writes the shared configuration and the EpilogSlurmctld wrapper;
+    --node reads slurm.conf for the site's hooks and writes only what a node needs;
+    the two on one machine are plain install's files, and uninstall undoes both."""
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    policy = policy_for(site["node"])
+    etc, hooks = Path(policy.paths.slurm_config_dir), Path(policy.paths.hooks_dir)
+    systemd = site["root"] / "systemd"
+    before = snapshot(site["root"])
+    site_conf = site["conf"].read_bytes()
+
+    assert install_cli(site, "--controller").exit_code == 0
+    assert all((etc / name).is_file() for name in SHARED_FILES)
+    assert site["conf"].read_bytes() != site_conf
+    assert [p.name for p in hooks.iterdir()] == ["epilog-slurmctld"]
+    assert not systemd.exists()
+    controller = snapshot(site["root"])
+
+    # A node of the same site: the shared slurm.conf is read, never written.
+    shared = site["conf"].read_bytes()
+    node_result = install_cli(site, "--node")
+    assert node_result.exit_code == 0, node_result.output
+    assert site["conf"].read_bytes() == shared
+    assert sorted(p.name for p in hooks.iterdir()) == [
+        "epilog",
+        "epilog-slurmctld",
+        "prolog",
+        "task-prolog",
+    ]
+    # The node's prolog wrapper runs the site's prolog, read from the shared slurm.conf.
+    assert f"{site['prolog']} || return $?" in (hooks / "prolog").read_text()
+    link = systemd / "multi-user.target.wants" / "slurmpool-monitord.service"
+    assert os.readlink(link) == str(systemd / "slurmpool-monitord.service")
+    assert install_cli(site, "--node").output.strip() == "nothing to do"
+    assert install_cli(site).output.strip() == "nothing to do"  # both: the same files
+    changed = {k for k, v in snapshot(site["root"]).items() if controller.get(k) != v}
+    assert all(
+        "hooks/" in k or "systemd" in k or k.endswith(("install-manifest.json", "state"))
+        for k in changed
+    ), changed
+
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert snapshot(site["root"]) == before
+
+
+def test_a_node_image_is_built_without_touching_the_shared_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """install --node --root DIR: a stateless image; the site's slurm.conf in it is read."""
+    node_slurm_on_path(tmp_path / "bin", monkeypatch)
+    image = tmp_path / "image"
+    conf = image / "srv/pool/etc/slurm/slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("ClusterName=x\nEpilog=/usr/local/sbin/site-epilog\n" + SITE_NEEDS)
+    before = snapshot(image)
+    args = ["install", "--policy", str(EXAMPLE), "--var", "root=/srv/pool", "--node"]
+    result = CliRunner().invoke(main, [*args, "--root", str(image)])
+    assert result.exit_code == 0, result.output
+    assert conf.read_text() == before["srv/pool/etc/slurm/slurm.conf"][0].decode()
+    assert not (image / "srv/pool/etc/slurm/gres.conf").exists()
+    assert "/usr/local/sbin/site-epilog" in (image / "srv/pool/hooks/epilog").read_text()
+    assert (
+        image / "etc/systemd/system/multi-user.target.wants/slurmpool-monitord.service"
+    ).is_symlink()
+    # Without slurm.conf there, a node cannot know the site's own hooks: refused.
+    conf.unlink()
+    refused = CliRunner().invoke(main, [*args, "--root", str(image)])
+    assert refused.exit_code == 1 and "install --node reads the site's slurm.conf" in refused.output

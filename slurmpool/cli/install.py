@@ -20,7 +20,7 @@ from slurmpool.configgen.nodeconfig import SYSTEMD_DIR
 from slurmpool.slurm.siteneeds import TASK_CGROUP_CHOICES, TaskCgroup
 
 if TYPE_CHECKING:
-    from slurmpool.install import Plan
+    from slurmpool.install import Plan, Role
 
 staging_root_option = root_option("Staging root: every path is taken inside it.")
 dry_run_option = click.option(
@@ -86,6 +86,20 @@ def _run(plan: Plan, dry_run: bool) -> None:
     "require (refuse), add (also puts cgroup.conf's CPU and memory limits on every job) "
     "or skip (pool unfenced). [the previous install's choice, else require]",
 )
+@click.option(
+    "--controller",
+    "role",
+    flag_value="controller",
+    help="Write the Slurm configuration every daemon shares (slurm.conf, slurmpool.conf, "
+    "gres.conf, cgroup.conf, job_submit.lua) and the EpilogSlurmctld wrapper.",
+)
+@click.option(
+    "--node",
+    "role",
+    flag_value="node",
+    help="Write what one node needs (hook wrappers, node config, state dir, monitord "
+    "enabled); slurm.conf is only read, for the site's own hooks.",
+)
 @staging_root_option
 @dry_run_option
 def install(
@@ -96,6 +110,7 @@ def install(
     python: str,
     python_path: str | None,
     task_cgroup: TaskCgroup | None,
+    role: Role | None,
     root: Path,
     dry_run: bool,
 ) -> None:
@@ -106,6 +121,8 @@ def install(
     Running it twice changes nothing the second time.  The config is generated
     for the Slurm this machine runs (``slurmd -V``), unless the policy sets
     ``slurm_version`` (staging for other machines).
+
+    Without --controller or --node, both (one machine that is both).
 
     Example: ``slurmpool install --policy pool.yaml --dry-run``
     """
@@ -135,7 +152,7 @@ def install(
     except ConfigError as e:
         usage_error(str(e))
     try:
-        plan = plan_install(target, files, root, SiteOptions(slurm, task_cgroup))
+        plan = plan_install(target, files, root, SiteOptions(slurm, task_cgroup), role or "both")
     except InstallError as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(EXIT_FAIL) from None

@@ -64,6 +64,7 @@ from slurmpool.install import (
 from slurmpool.isolation import NodeFences, node_isolation
 from slurmpool.modes import GpuMode
 from slurmpool.slurm.conf import scan_conf, settings, strip_comment
+from slurmpool.slurm.includes import resolve
 from slurmpool.slurm.parse import (
     GresConfEntry,
     gres_totals,
@@ -310,7 +311,8 @@ def check_gpus(config: NodeConfig, cls: NodeClassConfig, spec: str | None) -> It
 def check_hooks(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:
     hooks_dir = config.paths["hooks_dir"]
     problems = []
-    for h in HOOKS:
+    node_hooks = [h for h in HOOKS if h.on == "node"]  # EpilogSlurmctld's is the controller's
+    for h in node_hooks:
         path = os.path.join(hooks_dir, h.name)
         real = under(opts.root, path)
         if not real.is_file():
@@ -324,7 +326,7 @@ def check_hooks(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:
             "hooks", False, "; ".join(problems), "run `slurmpool install --policy POLICY`"
         )
     else:
-        yield Finding("hooks", True, f"4 wrappers in {hooks_dir}")
+        yield Finding("hooks", True, f"{len(node_hooks)} wrappers in {hooks_dir}")
     conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
     fragment = os.path.join(config.paths["slurm_config_dir"], SLURM_FRAGMENT)
     try:
@@ -335,7 +337,9 @@ def check_hooks(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:
     includes = [
         line
         for line in scan_conf(text)
-        if line.key is not None and line.key.lower() == "include" and line.value == fragment
+        if line.is_key("include")
+        and line.value
+        and resolve(line.value.split()[0], conf, None) == fragment
     ]
     if not includes:
         yield Finding(

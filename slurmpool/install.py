@@ -179,7 +179,13 @@ class InstallTarget:
 
     @property
     def include_line(self) -> str:
-        return f"Include {self.fragment} {INCLUDE_MARKER}"
+        """The line install appends to slurm.conf.  Relative where slurmpool.conf is
+        next to slurm.conf: on a configless site slurmctld ships an included file to
+        the nodes only when it is named so (tests/data/probe-configless.sh: an
+        absolute name leaves every configless slurmd without it, and it stops)."""
+        same_dir = os.path.dirname(self.fragment) == os.path.dirname(self.slurm_conf)
+        name = SLURM_FRAGMENT if same_dir else self.fragment
+        return f"Include {name} {INCLUDE_MARKER}"
 
 
 def target_for_policy(
@@ -401,9 +407,10 @@ def pristine_conf(text: str, target: InstallTarget) -> str:
     for line in text.splitlines(keepends=True):
         body = line.rstrip("\n")
         if body.strip() == target.include_line or (
-            INCLUDE_MARKER in body and strip_comment(body) == f"Include {target.fragment}"
+            INCLUDE_MARKER in body
+            and strip_comment(body) in (f"Include {target.fragment}", f"Include {SLURM_FRAGMENT}")
         ):
-            continue
+            continue  # this install's line, or an earlier version's
         out.append(line)
     return unmark("".join(out))
 

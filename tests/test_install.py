@@ -257,7 +257,7 @@ def test_dry_run_changes_nothing_and_shows_diff(site: dict[str, Path]) -> None:
         f"# {conf} line 7 ('NodeName=sbx[1-2] CPUs=8'): set aside: the policy's node group sbx "
         "is defined here: slurmpool's GRES replace its GPU GRES",
         f"# {conf} line 8 (new): added: the site's line for node group sbx, with slurmpool's GRES",
-        f"# {conf} line 11 (new): 'Include {conf.parent}/slurmpool.conf #slurmpool-include' "
+        f"# {conf} line 11 (new): 'Include slurmpool.conf #slurmpool-include' "
         f"pulls in {conf.parent}/slurmpool.conf: slurmpool's settings, GRES, nodes and partitions",
     ]
     assert f"# {gres} line 3 (new): added, through line " in out
@@ -826,3 +826,24 @@ def test_a_node_image_is_built_without_touching_the_shared_files(
     conf.unlink()
     refused = CliRunner().invoke(main, [*args, "--root", str(image)])
     assert refused.exit_code == 1 and "install --node reads the site's slurm.conf" in refused.output
+
+
+def test_the_include_line_is_relative_where_slurmpool_conf_is_next_to_slurm_conf(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Configless slurmctld ships only relatively named includes (probe-configless.sh);
+    an install by an earlier version (absolute name) is taken over."""
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    policy = policy_for(site["node"])
+    target = target_for_policy(policy)
+    assert target.include_line == "Include slurmpool.conf #slurmpool-include"
+    elsewhere = target_for_policy(policy, slurm_conf="/etc/slurm/slurm.conf")
+    assert elsewhere.include_line == f"Include {target.fragment} #slurmpool-include"
+
+    assert install_cli(site).exit_code == 0
+    conf = site["conf"].read_text()
+    site["conf"].write_text(
+        conf.replace("Include slurmpool.conf", f"Include {target.fragment}")
+    )  # as an earlier version wrote it
+    assert install_cli(site).exit_code == 0
+    assert site["conf"].read_text() == conf

@@ -306,6 +306,7 @@ class FileChange:
     old: bytes | None  # None: does not exist
     new: bytes | None  # None: delete
     mode: int = 0o644
+    owner: tuple[int, int] | None = None  # (uid, gid) to keep; None: whoever writes it
 
     @property
     def action(self) -> str:
@@ -389,6 +390,14 @@ def _read(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def _owner(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_uid, st.st_gid)
 
 
 def _mode(path: Path) -> int | None:
@@ -881,14 +890,17 @@ def plan_install(
     originals: dict[str, tuple[bytes | None, int | None]] = (
         dict(old_manifest.files) if old_manifest else {}
     )
+    # The site's Slurm files keep their owner: slurmctld may read them as SlurmUser.
+    site_owned = shared.owners if shared is not None else {}
     for path, (new, mode) in desired.items():
         real = under(root_p, path)
         old = _read(real)
         old_mode = _mode(real)
         if path not in originals:
             originals[path] = (old, old_mode)
+        owner = (_owner(real) or site_owned.get(path)) if path in site_owned else None
         if old != new or (old_mode is not None and old_mode != mode):
-            files.append(FileChange(path, old, new, mode))
+            files.append(FileChange(path, old, new, mode, owner))
     link_changes = []
     for path, points_to in links.items():
         real = under(root_p, path)
@@ -951,6 +963,7 @@ class SharedPlan:
     merged: dict[str, str]  # site files with slurmpool's lines joined -> their sha256
     moved: dict[str, str]  # the site's job_submit.lua, where slurmpool's runs it -> where it was
     changes: list[LineChange]
+    owners: dict[str, tuple[int, int] | None]  # the site's files -> the owner they keep
 
 
 def _plan_shared(
@@ -1023,7 +1036,10 @@ def _plan_shared(
                 )
             )
     where = os.path.join(target.config_dir, JOB_SUBMIT_LUA)
-    return SharedPlan(edit, desired, merged, {copy: where for copy in moved}, changes)
+    owners = {path: _owner(under(root, path)) for path in desired}
+    for copy in moved:  # a new file, owned as the site's job_submit.lua was
+        owners[copy] = owners[copy] or _owner(under(root, where))
+    return SharedPlan(edit, desired, merged, {copy: where for copy in moved}, changes, owners)
 
 
 def _site_includes(root: Path, target: InstallTarget, pristine: str) -> dict[str, str]:
@@ -1207,13 +1223,17 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
                 f"{path} changed since install; removed slurmpool's lines and kept the rest"
             )
             if restored != current:
-                files.append(FileChange(path, current, restored, mode or 0o644))
+                files.append(FileChange(path, current, restored, mode or 0o644, _owner(real)))
             continue
         if original is None:
             if current is not None:
                 files.append(FileChange(path, current, None))
         elif current != original or _mode(real) != mode:
-            files.append(FileChange(path, current, original, mode if mode is not None else 0o644))
+            files.append(
+                FileChange(
+                    path, current, original, mode if mode is not None else 0o644, _owner(real)
+                )
+            )
     manifest_path = os.path.join(state_dir, MANIFEST_NAME)
     files.append(FileChange(manifest_path, _read(under(root_p, manifest_path)), None))
     links = []
@@ -1236,7 +1256,7 @@ def _target_from_manifest(manifest: Manifest, state_dir: str) -> InstallTarget:
 # --- apply ----------------------------------------------------------------
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+def _write_atomic(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None = None) -> None:
     tmp = path.with_name(f".{path.name}.slurmpool-tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
@@ -1244,6 +1264,8 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if owner is not None and os.geteuid() == 0:
+            os.chown(tmp, *owner)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -1272,7 +1294,7 @@ def apply(plan: Plan) -> list[str]:
         if f.new is None:
             real.unlink(missing_ok=True)
         else:
-            _write_atomic(real, f.new, f.mode)
+            _write_atomic(real, f.new, f.mode, f.owner)
         done.append(f"{f.action} {f.path}")
     for link in plan.links:
         real = plan.real(link.path)

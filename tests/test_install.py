@@ -847,3 +847,31 @@ def test_the_include_line_is_relative_where_slurmpool_conf_is_next_to_slurm_conf
     )  # as an earlier version wrote it
     assert install_cli(site).exit_code == 0
     assert site["conf"].read_text() == conf
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_the_sites_files_keep_their_owner(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurmctld may read the site's files as SlurmUser: install and uninstall keep each
+    site file's owner and group; the moved job_submit.lua keeps the original's; what
+    slurmpool creates itself (the wrappers) is root's."""
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    slurm_user = (4242, 4343)
+    with site["conf"].open("a") as f:
+        f.write("JobSubmitPlugins=lua\n")
+    gres = site["conf"].parent / "gres.conf"
+    gres.write_text(SITE_GRES)
+    lua = site["conf"].parent / "job_submit.lua"
+    lua.write_text(SITE_LUA)
+    for path in (site["conf"], gres, lua):
+        os.chown(path, *slurm_user)
+    assert install_cli(site).exit_code == 0
+    copy = site["conf"].parent / "job_submit.site.lua"
+    for path in (site["conf"], gres, copy):
+        assert (path.stat().st_uid, path.stat().st_gid) == slurm_user, path
+    policy = policy_for(site["node"])
+    assert (Path(policy.paths.hooks_dir) / "prolog").stat().st_uid == 0
+    apply(plan_uninstall(policy.paths.state_dir))
+    for path in (site["conf"], gres, lua):
+        assert (path.stat().st_uid, path.stat().st_gid) == slurm_user, path

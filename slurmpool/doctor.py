@@ -156,6 +156,7 @@ def run_doctor(opts: DoctorOptions) -> DoctorReport:
     findings.extend(check_hooks(config, opts))
     findings.extend(check_state_dir(opts.root, config.paths["state_dir"]))
     findings.extend(check_trust(config, opts))
+    findings.extend(check_site_hooks(config, opts))
     findings.extend(check_monitord(config, cls, opts))
     findings.extend(check_isolation(config, cls, opts))
     if opts.runner is not None:
@@ -384,6 +385,44 @@ def check_state_dir(root: Path, state_dir: str, euid: int | None = None) -> Iter
         yield Finding("state-dir", False, f"{state_dir}: " + "; ".join(problems), fix)
     else:
         yield Finding("state-dir", True, f"{state_dir}: root-owned, {STATE_DIR_MODE:04o}, writable")
+
+
+def check_site_hooks(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:
+    """The site's own hooks this node's wrappers run against those slurm.conf names now:
+    a node installed apart from the controller (install --node) keeps the ones it read
+    then, and the controller's slurm.conf may have changed since."""
+    from slurmpool.install import InstallTarget, site_hooks_in
+
+    state_dir = config.paths["state_dir"]
+    try:
+        manifest = read_manifest(opts.root, state_dir)
+    except (InstallError, OSError):
+        return  # `trust` says why
+    if manifest is None:
+        return
+    etc = config.paths["slurm_config_dir"]
+    conf = opts.slurm_conf or os.path.join(etc, "slurm.conf")
+    target = InstallTarget(conf, etc, config.paths["hooks_dir"], state_dir)
+    try:
+        now = site_hooks_in(opts.root, target)
+    except (InstallError, OSError):
+        return  # `slurm-conf` says why
+    node_keys = [h.slurm_key for h in HOOKS if h.on == "node"]
+    differ = [
+        f"{key}: the wrapper runs {','.join(manifest.site_hooks.get(key, [])) or 'none'}, "
+        f"{conf} names {','.join(now.get(key, [])) or 'none'}"
+        for key in node_keys
+        if manifest.site_hooks.get(key, []) != now.get(key, [])
+    ]
+    if differ:
+        yield Finding(
+            "site-hooks",
+            False,
+            "this node and slurm.conf disagree on the site's own hooks: " + "; ".join(differ),
+            "run `slurmpool install --node --policy POLICY` on this node again",
+        )
+    else:
+        yield Finding("site-hooks", True, "the wrappers run the site's hooks slurm.conf names")
 
 
 def check_trust(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:

@@ -579,6 +579,17 @@ def site_hooks_of(site: Mapping[str, SiteSetting]) -> dict[str, list[str]]:
     return out
 
 
+def site_hooks_in(root: Path, target: InstallTarget) -> dict[str, list[str]]:
+    """The site's own hooks as ``target.slurm_conf`` (and what it includes) name them
+    now, slurmpool's edits undone: what a node's wrappers should run."""
+    data = _read(under(root, target.slurm_conf))
+    if data is None:
+        raise InstallError(f"{target.slurm_conf}: no slurm.conf there")
+    pristine = pristine_conf(data.decode(errors="replace"), target)
+    texts = {target.slurm_conf: pristine, **_site_includes(root, target, pristine)}
+    return site_hooks_of(settings_of(walk(target.slurm_conf, texts, _ours(target))))
+
+
 def _shifted(change: LineChange, inserted: Sequence[int]) -> LineChange:
     """``change`` (of a site line) numbered as in the text with lines ``inserted``."""
     if change.line is None:
@@ -917,7 +928,7 @@ def plan_install(
         slurm_conf=target.slurm_conf,
         files=originals,
         dirs_created=_dedupe(created),
-        site_hooks=site_hooks if not old_manifest else (old_manifest.site_hooks or site_hooks),
+        site_hooks=site_hooks,  # what the wrappers run now; doctor compares slurm.conf
         disabled_lines=shared.edit.disabled
         if shared is not None
         else (old_manifest.disabled_lines if old_manifest else []),

@@ -312,3 +312,24 @@ def test_doctor_prints_the_isolation_of_each_mode(tmp_path: Path) -> None:
     slurm_conf.write_text(site.replace("task/affinity,task/cgroup", "task/affinity"))
     _, whole = _isolation(policy)
     assert whole.startswith("passthrough: none (any job can open every GPU")
+
+
+def test_doctor_says_when_the_wrappers_and_slurm_conf_disagree_on_site_hooks(
+    tmp_path: Path,
+) -> None:
+    """A node installed apart keeps the site hooks it read; the shared slurm.conf may
+    name others since (a controller-side change): doctor says so, a reinstall mends it."""
+    policy = make_node(tmp_path / "node", GOOD)
+    assert "site-hooks" not in failed(policy)
+    conf = Path(policy.paths.slurm_config_dir) / "slurm.conf"
+    with conf.open("a") as f:
+        f.write("Epilog=/usr/local/sbin/site-epilog\n")
+    said = failed(policy)["site-hooks"]
+    assert "Epilog: the wrapper runs none, " in said
+    assert f"{conf} names /usr/local/sbin/site-epilog" in said
+    assert said.endswith("run `slurmpool install --node --policy POLICY` on this node again")
+    target = target_for_policy(
+        policy, systemd_dir=str(tmp_path / "node" / "systemd"), python=needs.hook_python()
+    )
+    apply(plan_install(target, generate(policy, installed=NODE_SLURM).files))
+    assert "site-hooks" not in failed(policy)

@@ -37,6 +37,7 @@ import json
 import os
 import stat
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +63,7 @@ from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.slurm.conflists import is_list_key, items, merge
 from slurmpool.slurm.gresconf import PooledGroup, edit_gres_conf
 from slurmpool.slurm.includes import includes_of, walk
-from slurmpool.slurm.marks import DISABLED_PREFIX, unmark
+from slurmpool.slurm.marks import DISABLED_PREFIX, marked_lines, unmark
 from slurmpool.slurm.siteneeds import (
     TASK_CGROUP_CHOICES,
     Needs,
@@ -690,6 +691,9 @@ class Manifest:
     # A site file moved for slurmpool's to run it (job_submit.site.lua) -> where it was.
     moved: dict[str, str] = field(default_factory=dict)
     links_created: list[str] = field(default_factory=list)  # symlinks install made
+    # The site's files edited in place -> the lines install marked there (set aside,
+    # added, its blocks and Include), which uninstall takes back only as written.
+    marked: dict[str, list[str]] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         data: dict[str, Any] = {
@@ -719,6 +723,8 @@ class Manifest:
             data["moved"] = dict(sorted(self.moved.items()))
         if self.links_created:
             data["links_created"] = self.links_created
+        if self.marked:
+            data["marked"] = dict(sorted(self.marked.items()))
         return (json.dumps(data, indent=2) + "\n").encode()
 
     @classmethod
@@ -750,6 +756,7 @@ class Manifest:
                 merged_sha256={str(k): str(v) for k, v in d.get("merged_sha256", {}).items()},
                 moved={str(k): str(v) for k, v in d.get("moved", {}).items()},
                 links_created=[str(x) for x in d.get("links_created", [])],
+                marked={str(k): [str(x) for x in v] for k, v in d.get("marked", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as err:
             raise InstallError(f"{source}: malformed install manifest: {err!r}") from None
@@ -947,6 +954,10 @@ def plan_install(
             **(shared.moved if shared is not None else {}),
         },
         links_created=_dedupe([*old_links, *links]),
+        marked={
+            **(old_manifest.marked if old_manifest else {}),
+            **(shared.marked if shared is not None else {}),
+        },
     )
     manifest_bytes = manifest.to_bytes()
     manifest_real = under(root_p, target.manifest)
@@ -975,6 +986,7 @@ class SharedPlan:
     moved: dict[str, str]  # the site's job_submit.lua, where slurmpool's runs it -> where it was
     changes: list[LineChange]
     owners: dict[str, tuple[int, int] | None]  # the site's files -> the owner they keep
+    marked: dict[str, list[str]]  # the site's files edited in place -> slurmpool's lines
 
 
 def _plan_shared(
@@ -1050,7 +1062,19 @@ def _plan_shared(
     owners = {path: _owner(under(root, path)) for path in desired}
     for copy in moved:  # a new file, owned as the site's job_submit.lua was
         owners[copy] = owners[copy] or _owner(under(root, where))
-    return SharedPlan(edit, desired, merged, {copy: where for copy in moved}, changes, owners)
+    marked = {
+        path: _marked(desired[path][0].decode(errors="surrogateescape"))
+        for path in [target.slurm_conf, *merged]
+    }
+    return SharedPlan(
+        edit, desired, merged, {copy: where for copy in moved}, changes, owners, marked
+    )
+
+
+def _marked(text: str) -> list[str]:
+    """slurmpool's lines in a site file: those marks.unmark takes back, and the Include."""
+    include = [line for line in text.splitlines() if line.endswith(INCLUDE_MARKER)]
+    return marked_lines(text) + include
 
 
 def _site_includes(root: Path, target: InstallTarget, pristine: str) -> dict[str, str]:
@@ -1200,6 +1224,7 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
         return Plan(root_p, notes=(f"no install manifest in {state_dir}: nothing installed",))
     notes: list[str] = []
     files: list[FileChange] = []
+    changed: list[str] = []  # slurmpool's lines an admin changed since install
     back = {where: copy for copy, where in manifest.moved.items()}
     for path, (original, mode) in sorted(manifest.files.items()):
         real = under(root_p, path)
@@ -1222,7 +1247,10 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
             and hashlib.sha256(current).hexdigest() != manifest.merged_sha256[path]
         )
         if (edited or merged_edited) and current is not None:
-            # Edited since install: undo only slurmpool's own lines.
+            # Edited since install: undo only slurmpool's own lines, if they are as written.
+            now = Counter(_marked(current.decode(errors="surrogateescape")))
+            gone = Counter(manifest.marked.get(path, [])) - now
+            changed += [f"{path}: {line!r}" for line in gone.elements()]
             if edited:
                 target = _target_from_manifest(manifest, state_dir)
                 restored = pristine_conf(current.decode(), target).encode()
@@ -1245,6 +1273,12 @@ def plan_uninstall(state_dir: str, root: str | os.PathLike[str] = "/") -> Plan:
                     path, current, original, mode if mode is not None else 0o644, _owner(real)
                 )
             )
+    if changed:
+        raise InstallError(
+            "uninstall takes back only the lines install wrote, and these were changed or "
+            "removed since; put each back as it was, then uninstall again:\n"
+            + "\n".join(f"  - {c}" for c in changed)
+        )
     manifest_path = os.path.join(state_dir, MANIFEST_NAME)
     files.append(FileChange(manifest_path, _read(under(root_p, manifest_path)), None))
     links = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -875,3 +876,69 @@ def test_the_sites_files_keep_their_owner(
     apply(plan_uninstall(policy.paths.state_dir))
     for path in (site["conf"], gres, lua):
         assert (path.stat().st_uid, path.stat().st_gid) == slurm_user, path
+
+
+def test_uninstall_refuses_where_an_admin_changed_slurmpools_own_lines(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uninstall after an admin's edits keeps them, but takes back only the lines install
+    wrote as it wrote them: one changed since is named, and nothing is touched."""
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    gres = site["conf"].parent / "gres.conf"
+    gres.write_text(SITE_GRES)
+    assert install_cli(site).exit_code == 0
+    policy = policy_for(site["node"])
+    conf = site["conf"].read_text()
+    ours = next(line for line in conf.splitlines() if line.endswith("#slurmpool-added"))
+    site["conf"].write_text(conf.replace(ours, ours.replace("CPUs=8", "CPUs=12")) + "X=1\n")
+    block = gres.read_text()
+    vgpu = next(line for line in block.splitlines() if "Name=vgpu " in line)
+    gres.write_text(block.replace(vgpu, vgpu.replace("Count=14", "Count=7")))
+    installed = snapshot(site["root"])
+    with pytest.raises(InstallError) as refused:
+        plan_uninstall(policy.paths.state_dir)
+    said = str(refused.value)
+    assert f"  - {site['conf']}: {ours!r}" in said
+    assert f"  - {gres}: {vgpu!r}" in said
+    assert snapshot(site["root"]) == installed
+    # Put back, the admin's own line stays and slurmpool's go.
+    site["conf"].write_text(conf + "X=1\n")
+    gres.write_text(block)
+    apply(plan_uninstall(policy.paths.state_dir))
+    assert site["conf"].read_text().endswith("NodeName=sbx[1-2] CPUs=8\n" + SITE_NEEDS + "X=1\n")
+    assert gres.read_text() == SITE_GRES
+
+
+def test_an_install_by_an_earlier_version_is_taken_over(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier version replaced gres.conf, cgroup.conf and job_submit.lua whole and
+    recorded the site's files in its manifest: install merges the site's recorded files
+    instead, and uninstall still gives back every byte."""
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    etc = site["conf"].parent
+    with site["conf"].open("a") as f:
+        f.write("JobSubmitPlugins=lua\n")
+    (etc / "gres.conf").write_text(SITE_GRES)
+    (etc / "cgroup.conf").write_text(SITE_CGROUP)
+    (etc / "job_submit.lua").write_text(SITE_LUA)
+    before = snapshot(site["root"])
+    assert install_cli(site).exit_code == 0
+    policy = policy_for(site["node"])
+    generated = generate(policy, installed=NODE_SLURM).files
+    # The earlier version's state: generated files in place, no records of merges.
+    for name in ("gres.conf", "cgroup.conf", "job_submit.lua"):
+        (etc / name).write_text(generated[name])
+    (etc / "job_submit.site.lua").unlink()
+    manifest_path = Path(policy.paths.state_dir) / "install-manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for key in ("merged_sha256", "moved", "marked", "links_created"):
+        manifest.pop(key, None)
+    manifest_path.write_text(json.dumps(manifest))
+    assert install_cli(site).exit_code == 0
+    assert (etc / "gres.conf").read_text().startswith(SITE_GRES.splitlines()[0] + "\n")
+    assert (etc / "cgroup.conf").read_text().startswith(SITE_CGROUP)
+    assert (etc / "job_submit.site.lua").read_text() == SITE_LUA
+    apply(plan_uninstall(policy.paths.state_dir))
+    after = snapshot(site["root"])
+    assert after == before

@@ -50,3 +50,15 @@ def unmark(text: str) -> str:
             continue
         out.append(line.removeprefix(DISABLED_PREFIX))
     return "".join(out)
+
+
+def marked_lines(text: str) -> list[str]:
+    """The lines of ``text`` that :func:`unmark` removes or changes (without newlines):
+    what uninstall checks are still as install wrote them before it takes them back."""
+    out: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if inside or line.startswith((BLOCK_BEGIN, DISABLED_PREFIX)) or line.endswith(ADDED_MARKER):
+            out.append(line)
+            inside = (inside or line.startswith(BLOCK_BEGIN)) and line != BLOCK_END
+    return out

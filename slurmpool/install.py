@@ -52,6 +52,7 @@ from slurmpool.configgen.files import (
     SLURM_FRAGMENT,
 )
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_NAME, SYSTEMD_DIR
+from slurmpool.configgen.plan import anchor_name
 from slurmpool.hookpath import (
     HookImportPath,
     HookPathError,
@@ -214,7 +215,12 @@ def target_for_policy(
         cgroup_plugin=policy.cgroup_plugin,
         policy_source=policy.source,
         node_groups=tuple(
-            PooledGroup(g.name, g.nodes, any(gpu.mode.mig_enabled for gpu in g.gpus))
+            PooledGroup(
+                g.name,
+                g.nodes,
+                any(gpu.mode.mig_enabled for gpu in g.gpus),
+                anchor_name(g) if g.publishes_fit else None,
+            )
             for g in policy.node_groups
         ),
         hook_timeouts={
@@ -521,7 +527,7 @@ def edit_conf(
     disabled: list[str] = []
     changes: list[LineChange] = []
     nodes, partitions = policy_definitions(
-        fragment, [(g.name, g.nodes) for g in target.node_groups]
+        fragment, [(g.name, g.nodes, g.anchor) for g in target.node_groups]
     )
     edited: dict[str, str] = {}
     remaining = fragment  # the fragment less the nodes and partitions the site defines

@@ -16,7 +16,7 @@ NodeName=vgpufit-sbx CPUs=16 RealMemory=4000 Gres={GRES} State=FUTURE
 PartitionName=pool Nodes=sbx[1-2],vgpufit-sbx Default=YES MaxTime=INFINITE State=UP
 PartitionName=train Nodes=big[1-4] Default=NO
 """
-GROUPS = [("sbx", "sbx[1-2]"), ("big", "big[1-4]")]
+GROUPS = [("sbx", "sbx[1-2]", "vgpufit-sbx"), ("big", "big[1-4]", None)]
 
 
 def edit(site: str) -> NodesEdit:
@@ -61,7 +61,13 @@ def test_a_site_node_line_keeps_its_values_and_gets_slurmpools_gres() -> None:
     assert [(c.line, c.before is None) for c in got.changes] == [(2, False), (3, True), (4, True)]
     # The fragment no longer defines sbx[1-2]; its anchor and the other group stay.
     assert "NodeName=sbx[1-2]" not in got.fragment
-    assert "NodeName=vgpufit-sbx" in got.fragment and "NodeName=big[1-4]" in got.fragment
+    assert "NodeName=big[1-4]" in got.fragment
+    # The group's fit anchor is shaped as the site defines its nodes: a job the site's
+    # nodes could run is accepted while every node's GPUs are in pieces.
+    assert (
+        f"NodeName=vgpufit-sbx CPUs=32 RealMemory=4000 Gres={GRES} State=FUTURE Feature=ib,mig\n"
+        in got.fragment
+    )
     assert unmark(got.text) == site
 
 

@@ -45,6 +45,7 @@ class PooledGroup:
     name: str
     nodes: str  # hostlist expression
     has_mig: bool  # a GPU in mig or mig-static mode
+    anchor: str | None = None  # the name of its fit anchor, if it has one
 
 
 @record(frozen=True, slots=True)

@@ -43,6 +43,7 @@ class PolicyNodes:
 
     group: str
     line: str  # NodeName=... (the fragment's line)
+    anchor: str | None = None  # the name of the group's fit anchor, if it has one
 
 
 @record(frozen=True, slots=True)
@@ -69,11 +70,11 @@ class NodesEdit:
 
 
 def policy_definitions(
-    fragment: str, groups: Sequence[tuple[str, str]]
+    fragment: str, groups: Sequence[tuple[str, str, str | None]]
 ) -> tuple[list[PolicyNodes], list[PolicyPartition]]:
     """The node group and partition lines of slurmpool's generated ``fragment``;
-    ``groups``: (name, hostlist) of each node group, to name its line."""
-    names = {nodes: name for name, nodes in groups}
+    ``groups``: (name, hostlist, fit anchor or None) of each node group."""
+    names = {nodes: (name, anchor) for name, nodes, anchor in groups}
     nodes: list[PolicyNodes] = []
     anchors: set[str] = set()
     lines = []
@@ -85,7 +86,8 @@ def policy_definitions(
         if key == "nodename" and (_get(pairs, "state") or "").upper() == "FUTURE":
             anchors.add(value)  # a fit anchor: slurmpool's own node
         elif key == "nodename":
-            nodes.append(PolicyNodes(names.get(value, value), line))
+            name, anchor = names.get(value, (value, None))
+            nodes.append(PolicyNodes(name, line, anchor))
         elif key == "partitionname":
             lines.append((value, line))
     partitions = []
@@ -142,6 +144,7 @@ def edit_nodes(
     refusals: list[str] = []
     inserted: list[int] = []
     defined: list[str] = []  # site node names the policy also has
+    shapes: dict[str, list[tuple[str, str]]] = {}  # fit anchor -> its group's site shape
     taken: set[str] = set()  # partitions the site defines
     default: list[tuple[str, str]] = []  # NodeName=DEFAULT values in force
     for i, line in enumerate(site.splitlines(keepends=True)):
@@ -161,6 +164,12 @@ def edit_nodes(
                 out.append(line)
                 continue
             copies = _split_node_line(pairs, default, hosts, hit)
+            for group, _ in hit:
+                if group.anchor is not None:
+                    shapes.setdefault(
+                        group.anchor,
+                        [*default, *_edit_node(list(pairs), default, params(group.line))],
+                    )
             out.append(set_aside(line))
             changes.append(NodeChange(len(out), line, "set aside: " + _why_nodes(hit)))
             for text, why in copies:
@@ -197,7 +206,7 @@ def edit_nodes(
         out.append(line)
     return NodesEdit(
         "".join(out),
-        _fragment_without(fragment, defined, taken),
+        _fragment_without(fragment, defined, taken, shapes),
         tuple(changes),
         tuple(refusals),
         tuple(inserted),
@@ -314,9 +323,29 @@ def _merge_partition(
     return merged, problems
 
 
-def _fragment_without(fragment: str, defined: Sequence[str], partitions: set[str]) -> str:
+# What a job may ask of a node: a fit anchor keeps the site's values of its group.
+_SHAPE_KEYS = (
+    "cpus",
+    "realmemory",
+    "boards",
+    "socketsperboard",
+    "sockets",
+    "corespersocket",
+    "threadspercore",
+    "features",
+    "feature",
+)
+
+
+def _fragment_without(
+    fragment: str,
+    defined: Sequence[str],
+    partitions: set[str],
+    shapes: dict[str, list[tuple[str, str]]],
+) -> str:
     """``fragment`` with the nodes in ``defined`` left out of its ``NodeName=`` lines
-    (a line left with none goes) and the ``partitions`` the site defines left out."""
+    (a line left with none goes), the ``partitions`` the site defines left out, and each
+    fit anchor in ``shapes`` shaped as the site defines its group's nodes."""
     if not defined and not partitions:
         return fragment
     gone = set(defined)
@@ -324,7 +353,14 @@ def _fragment_without(fragment: str, defined: Sequence[str], partitions: set[str
     for line in fragment.splitlines(keepends=True):
         pairs = params(strip_comment(line.rstrip("\n")))
         first = pairs[0][0].lower() if pairs else None
-        if first == "nodename" and pairs[0][1].lower() != "default":
+        if first == "nodename" and pairs[0][1] in shapes:
+            anchor = list(pairs)
+            for key, value in shapes[pairs[0][1]]:
+                if key.lower() in _SHAPE_KEYS:
+                    _put(anchor, key, value)
+            end = "\n" if line.endswith("\n") else ""
+            line = _line(anchor) + end
+        elif first == "nodename" and pairs[0][1].lower() != "default":
             names = HostList(pairs[0][1]).expand()
             left = [n for n in names if n not in gone]
             if not left:

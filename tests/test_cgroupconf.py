@@ -16,7 +16,7 @@ def test_a_site_file_gains_only_constrain_devices() -> None:
     assert got.text == SITE + f"ConstrainDevices=yes {ADDED_MARKER}\n"
     assert got.refusals == ()
     (added,) = got.added
-    assert added.line == 5 and added.text == f"ConstrainDevices=yes {ADDED_MARKER}"
+    assert added.line == 5 and got.text.splitlines()[4] == f"ConstrainDevices=yes {ADDED_MARKER}"
     assert added.reason == "added: keeps each job to the GPU device files Slurm gave it"
     assert unmark(got.text) == SITE
 

@@ -14,21 +14,15 @@ Pure: text in, text out.
 from __future__ import annotations
 
 from slurmpool.records import record
+from slurmpool.slurm.marks import LineEdit
 from slurmpool.slurm.marks import added as added_line
 from slurmpool.slurm.siteneeds import site_settings
 
 
 @record(frozen=True, slots=True)
-class Added:
-    line: int  # 1-based, in the edited text
-    text: str
-    reason: str
-
-
-@record(frozen=True, slots=True)
 class CgroupEdit:
     text: str  # the site's text with slurmpool's lines added
-    added: tuple[Added, ...]
+    added: tuple[LineEdit, ...]
     refusals: tuple[str, ...]  # each names the site's line and the fix
 
 
@@ -70,11 +64,11 @@ def edit_cgroup_conf(
                 "agree (cgroup_plugin: autodetect leaves the site's choice alone)"
             )
     text = site
-    added: list[Added] = []
+    added: list[LineEdit] = []
     if wanted and text and not text.endswith("\n"):
         text += "\n"
     for key, value, reason in wanted:
         line_text = added_line(f"{key}={value}")
         text += line_text + "\n"
-        added.append(Added(text.count("\n"), line_text, f"added: {reason}"))
+        added.append(LineEdit(text.count("\n"), None, f"added: {reason}"))
     return CgroupEdit(text, tuple(added), tuple(refusals))

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from slurmpool.hostlist import HostList, compress
 from slurmpool.records import record
 from slurmpool.slurm.conf import strip_comment
-from slurmpool.slurm.marks import added, block, set_aside
+from slurmpool.slurm.marks import LineEdit, added, block, set_aside
 
 GPU_NAMES = ("gpu", "shard", "mps")  # GRES slurmpool describes on its nodes
 OWN_NAMES = ("vgpu", "vgpufit")  # GRES names that are slurmpool's alone
@@ -49,16 +49,9 @@ class PooledGroup:
 
 
 @record(frozen=True, slots=True)
-class GresChange:
-    line: int  # 1-based, in the edited text
-    before: str | None  # the site's line; None: a line added
-    reason: str
-
-
-@record(frozen=True, slots=True)
 class GresEdit:
     text: str
-    changes: tuple[GresChange, ...]
+    changes: tuple[LineEdit, ...]
     refusals: tuple[str, ...]  # each names the site's line and the fix
 
 
@@ -74,7 +67,7 @@ def edit_gres_conf(site: str, ours: str, groups: Sequence[PooledGroup], *, path:
     """The site's gres.conf ``site`` (file ``path``) joined with slurmpool's generated
     gres.conf ``ours`` for the node groups ``groups``."""
     out: list[str] = []
-    changes: list[GresChange] = []
+    changes: list[LineEdit] = []
     refusals: list[str] = []
     global_autodetect = False
     lines = site.splitlines(keepends=True)
@@ -129,7 +122,7 @@ def edit_gres_conf(site: str, ours: str, groups: Sequence[PooledGroup], *, path:
             continue
         out.append(set_aside(line))
         changes.append(
-            GresChange(
+            LineEdit(
                 len(out), line, f"set aside: slurmpool describes the GPUs of node group {names}"
             )
         )
@@ -138,7 +131,7 @@ def edit_gres_conf(site: str, ours: str, groups: Sequence[PooledGroup], *, path:
             end = "\n" if line.endswith("\n") else ""
             out.append(added(_NODENAME.sub(f"NodeName={rest}", body, count=1)) + end)
             changes.append(
-                GresChange(len(out), None, f"added: the set-aside line for its other nodes, {rest}")
+                LineEdit(len(out), None, f"added: the set-aside line for its other nodes, {rest}")
             )
     text = "".join(out)
     if groups:
@@ -154,7 +147,7 @@ def edit_gres_conf(site: str, ours: str, groups: Sequence[PooledGroup], *, path:
         if global_autodetect:
             why += ", each with AutoDetect=off, which trumps the site's global AutoDetect"
         last = text.count("\n")
-        changes.append(GresChange(first, None, f"added, through line {last}: {why}"))
+        changes.append(LineEdit(first, None, f"added, through line {last}: {why}"))
     return GresEdit(text, tuple(changes), tuple(refusals))
 
 

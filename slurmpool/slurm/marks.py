@@ -13,10 +13,21 @@ an admin has edited it since, :func:`unmark` undoes the three and keeps the rest
 
 from __future__ import annotations
 
+from slurmpool.records import record
+
 DISABLED_PREFIX = "#slurmpool-disabled: "
 ADDED_MARKER = "#slurmpool-added"
 BLOCK_BEGIN = "#slurmpool-begin"
 BLOCK_END = "#slurmpool-end"
+
+
+@record(frozen=True, slots=True)
+class LineEdit:
+    """One line of a site file that an edit changes, and why (``--dry-run`` says it)."""
+
+    line: int  # 1-based, in the edited text
+    before: str | None  # the site's line; None: a line added
+    reason: str
 
 
 def set_aside(line: str) -> str:

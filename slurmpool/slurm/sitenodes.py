@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from slurmpool.hostlist import HostList, compress
 from slurmpool.records import record
 from slurmpool.slurm.conf import strip_comment
-from slurmpool.slurm.marks import added, set_aside
+from slurmpool.slurm.marks import LineEdit, added, set_aside
 
 GPU_GRES = ("gpu", "shard", "mps", "vgpu", "vgpufit")  # what slurmpool's Gres= says
 _FEATURE_KEYS = ("features", "feature")
@@ -54,17 +54,10 @@ class PolicyPartition:
 
 
 @record(frozen=True, slots=True)
-class NodeChange:
-    line: int  # 1-based, in the edited text
-    before: str | None  # the site's line; None: a line added
-    reason: str
-
-
-@record(frozen=True, slots=True)
 class NodesEdit:
     text: str
     fragment: str  # slurmpool's fragment without what the site defines
-    changes: tuple[NodeChange, ...]
+    changes: tuple[LineEdit, ...]
     refusals: tuple[str, ...]
     inserted: tuple[int, ...]  # 0-based indices, in the site's text, of lines added after
 
@@ -140,7 +133,7 @@ def edit_nodes(
     groups = [(n, HostList(_get(params(n.line), "nodename") or "")) for n in nodes]
     by_name = {p.name.lower(): p for p in partitions}
     out: list[str] = []
-    changes: list[NodeChange] = []
+    changes: list[LineEdit] = []
     refusals: list[str] = []
     inserted: list[int] = []
     defined: list[str] = []  # site node names the policy also has
@@ -171,11 +164,11 @@ def edit_nodes(
                         [*default, *_edit_node(list(pairs), default, params(group.line))],
                     )
             out.append(set_aside(line))
-            changes.append(NodeChange(len(out), line, "set aside: " + _why_nodes(hit)))
+            changes.append(LineEdit(len(out), line, "set aside: " + _why_nodes(hit)))
             for text, why in copies:
                 out.append(added(text) + end)
                 inserted.append(i)
-                changes.append(NodeChange(len(out), None, why))
+                changes.append(LineEdit(len(out), None, why))
             defined += [n for n in hosts.expand() if _pooled(n, hit)]
             continue
         if first == "partitionname" and pairs[0][1].lower() in by_name:
@@ -193,12 +186,12 @@ def edit_nodes(
                 continue
             out.append(set_aside(line))
             changes.append(
-                NodeChange(len(out), line, "set aside: the policy's partition " + policy_part.name)
+                LineEdit(len(out), line, "set aside: the policy's partition " + policy_part.name)
             )
             out.append(added(_line(merged)) + end)
             inserted.append(i)
             changes.append(
-                NodeChange(
+                LineEdit(
                     len(out), None, "added: the site's partition with what the policy asks for"
                 )
             )

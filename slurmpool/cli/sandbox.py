@@ -54,14 +54,24 @@ def sandbox() -> None:
     help="Policy to generate the config from (default: the bundled examples/sandbox.yaml).",
 )
 @click.option("--timeout", "timeout_s", type=float, default=90.0, show_default=True)
-def up(directory: Path, policy: Path | None, timeout_s: float) -> None:
+@click.option(
+    "--configless",
+    is_flag=True,
+    help="Run configless: slurmctld serves the configuration and every slurmd fetches it "
+    "(--conf-server), as many sites do.",
+)
+def up(directory: Path, policy: Path | None, timeout_s: float, configless: bool) -> None:
     """Start munged, MariaDB, slurmdbd, slurmctld and one slurmd per node; wait until idle.
 
     Example: ``slurmpool sandbox up --dir /tmp/sbx``
     """
     sb = _sandbox(directory)
     opts = SandboxOptions(
-        directory=directory, policy=policy, python=sys.executable, timeout_s=timeout_s
+        directory=directory,
+        policy=policy,
+        python=sys.executable,
+        timeout_s=timeout_s,
+        configless=configless,
     )
     try:
         state = sb.up(opts, progress=lambda msg: click.echo(f"sandbox: {msg}", err=True))

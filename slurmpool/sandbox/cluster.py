@@ -91,6 +91,10 @@ class SandboxOptions:
     # cluster's: every Slurm command answers within a second on loopback, and this is
     # still longer than slurmctld's records were seen to lag the database (20 s).
     accounting_settle_s: float = 25.0
+    # Configless, as many sites run Slurm: slurmctld serves the configuration
+    # (SlurmctldParameters=enable_configless) and each slurmd fetches it
+    # (--conf-server), reading no slurm.conf of its own.
+    configless: bool = False
 
 
 def hook_interpreter(options: SandboxOptions) -> tuple[str, str | None]:
@@ -325,7 +329,11 @@ def remove_node_cgroups(nodes: Sequence[str], cgroup_root: Path = CGROUP_ROOT) -
 
 
 def base_slurm_conf(
-    layout: Layout, cluster: str, ports: dict[str, int], fence_devices: bool | None = None
+    layout: Layout,
+    cluster: str,
+    ports: dict[str, int],
+    fence_devices: bool | None = None,
+    configless: bool = False,
 ) -> str:
     """The 'site' slurm.conf: everything but what slurmpool generates.
 
@@ -373,6 +381,7 @@ def base_slurm_conf(
         # requeued job, and sets a waiting job's Reason, within seconds;
         # bf_interval=1: a backfill pass every second (default 30 s), so that tests
         # wait on state, not on the scheduler's clock.
+        *(["SlurmctldParameters=enable_configless"] if configless else []),
         "SchedulerType=sched/backfill",
         "SchedulerParameters=sched_min_interval=100000,sched_interval=5,bf_interval=1",
         "MinJobAge=300",
@@ -870,7 +879,9 @@ class Sandbox:
 
         say("writing slurm.conf and installing slurmpool's config")
         conf = Path(state.slurm_conf)
-        conf.write_text(base_slurm_conf(L, state.cluster, state.ports))
+        conf.write_text(
+            base_slurm_conf(L, state.cluster, state.ports, configless=options.configless)
+        )
         dbd_conf = etc / "slurmdbd.conf"
         dbd_conf.write_text(slurmdbd_conf(L, state.ports, password))
         os.chmod(dbd_conf, 0o600)
@@ -918,7 +929,11 @@ class Sandbox:
         say("starting slurmd on " + ", ".join(state.nodes))
         slurmds = {}
         for name in state.nodes:
-            argv = namespace_argv(r, L.host_binds(name), [r.which("slurmd"), "-D", "-N", name])
+            slurmd = [r.which("slurmd"), "-D", "-N", name]
+            binds = L.host_binds(name)
+            if options.configless:
+                slurmd, binds = self._configless_slurmd(name, slurmd, state)
+            argv = namespace_argv(r, binds, slurmd)
             slurmds[name] = self._spawn(state, f"slurmd-{name}", argv, env)
 
         def nodes_idle() -> bool:
@@ -965,6 +980,38 @@ class Sandbox:
             )
             d = self._spawn(state, f"monitord-{name}", self.on_node_argv(name, argv), env)
             self._wait_monitord(state, d)
+
+    def _configless_slurmd(
+        self, name: str, slurmd: list[str], state: SandboxState
+    ) -> tuple[list[str], list[tuple[Path, Path]]]:
+        """A slurmd that fetches its configuration from slurmctld, as on a configless
+        node: without SLURM_CONF, with --conf-server; munged at its default socket (all a
+        slurmd without a configuration knows), and /run/slurm, where it links the copy
+        it keeps, of this node alone (tests/data/probe-configless.sh)."""
+        L = self.layout
+        munge_run = L.root / "munge-run"
+        munge_run.mkdir(exist_ok=True)
+        link = munge_run / "munge.socket.2"
+        if not link.is_symlink():
+            link.symlink_to(L.munge_socket)
+        run_slurm = L.host_dir(name) / "run-slurm"
+        run_slurm.mkdir(exist_ok=True)
+        for mount_point in (Path("/run/munge"), Path("/run/slurm")):
+            mount_point.mkdir(parents=True, exist_ok=True)
+        binds = [
+            *L.host_binds(name),
+            (munge_run, Path("/run/munge")),
+            (run_slurm, Path("/run/slurm")),
+        ]
+        server = f"127.0.0.1:{state.ports['slurmctld']}"
+        return [
+            self.runner.which("env"),
+            "-u",
+            "SLURM_CONF",
+            *slurmd,
+            "--conf-server",
+            server,
+        ], binds
 
     def _install(self, policy: Policy, state: SandboxState, options: SandboxOptions) -> None:
         from slurmpool.configgen.render import generate

@@ -196,13 +196,15 @@ def _new_sandbox(prefix: str) -> tuple[Sandbox, SandboxOptions]:
 @pytest.fixture
 def own_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A sandbox of the test's own (marked ``own_sandbox``; ``sandbox_policy(path)``
-    names another policy than the bundled one), up, and down afterwards unless the
-    test has taken it down itself."""
+    names another policy than the bundled one, ``sandbox_configless`` runs it
+    configless), up, and down afterwards unless the test has taken it down itself."""
     assert not _shared_up, "an own_sandbox test ran after the shared sandbox came up"
     sandbox, options = _new_sandbox("slurmpool-own-")
     policy = request.node.get_closest_marker("sandbox_policy")
     if policy is not None:
         options = dataclasses.replace(options, policy=Path(policy.args[0]))
+    if request.node.get_closest_marker("sandbox_configless") is not None:
+        options = dataclasses.replace(options, configless=True)
     created = _ensure_users()
     try:
         sandbox.up(options)

@@ -482,7 +482,7 @@ def edit_conf(
     conf = target.slurm_conf
     texts = {conf: pristine, **(included or {})}
 
-    site = settings_of(walk(conf, texts, _ours(target)))
+    site = _site_settings(target, pristine, included or {})
     verdict = check_site(site, needs or Needs(None, target.hook_timeouts), conf)
     refusals = list(verdict.refusals)
     takeovers = {s.key.lower(): s for s in verdict.settings}
@@ -593,8 +593,15 @@ def site_hooks_in(root: Path, target: InstallTarget) -> dict[str, list[str]]:
     if data is None:
         raise InstallError(f"{target.slurm_conf}: no slurm.conf there")
     pristine = pristine_conf(data.decode(errors="replace"), target)
-    texts = {target.slurm_conf: pristine, **_site_includes(root, target, pristine)}
-    return site_hooks_of(settings_of(walk(target.slurm_conf, texts, _ours(target))))
+    return site_hooks_of(_site_settings(target, pristine, _site_includes(root, target, pristine)))
+
+
+def _site_settings(
+    target: InstallTarget, pristine: str, included: Mapping[str, str]
+) -> dict[str, SiteSetting]:
+    """The site's settings in slurm.conf and what it includes, as Slurm reads them."""
+    texts = {target.slurm_conf: pristine, **included}
+    return settings_of(walk(target.slurm_conf, texts, _ours(target)))
 
 
 def _shifted(change: LineChange, inserted: Sequence[int]) -> LineChange:
@@ -833,20 +840,17 @@ def plan_install(
     old_manifest = read_manifest(root_p, target.state_dir)
     pristine = pristine_conf(current_conf.decode(), target)
     task_cgroup = options.task_cgroup or (old_manifest.task_cgroup if old_manifest else "require")
+    needs = Needs(options.slurm, target.hook_timeouts, task_cgroup)
     included = _site_includes(root_p, target, pristine)
     shared = (
-        _plan_shared(root_p, target, generated, old_manifest, pristine, included, options)
+        _plan_shared(root_p, target, generated, old_manifest, pristine, included, needs)
         if role != "node"
         else None
     )
     if shared is not None:
         site_hooks = shared.edit.site_hooks
     else:
-        site_hooks = site_hooks_of(
-            settings_of(
-                walk(target.slurm_conf, {target.slurm_conf: pristine, **included}, _ours(target))
-            )
-        )
+        site_hooks = site_hooks_of(_site_settings(target, pristine, included))
     wrappers = {os.path.join(target.hooks_dir, h.name) for h in HOOKS}
     for key, programs in site_hooks.items():
         clash = [p for p in programs if p in wrappers]
@@ -1002,12 +1006,10 @@ def _plan_shared(
     old_manifest: Manifest | None,
     pristine: str,
     included: Mapping[str, str],
-    options: SiteOptions,
+    needs: Needs,
 ) -> SharedPlan:
-    task_cgroup = options.task_cgroup or (old_manifest.task_cgroup if old_manifest else "require")
-    needs = Needs(options.slurm, target.hook_timeouts, task_cgroup)
     edit = edit_conf(pristine, generated[SLURM_FRAGMENT], target, needs, included)
-    site_edits = _edit_site_files(root, target, generated, old_manifest, task_cgroup)
+    site_edits = _edit_site_files(root, target, generated, old_manifest, needs.task_cgroup)
     refusals = edit.refusals + [r for e in site_edits.values() for r in e.refusals]
     if refusals:
         raise InstallError(
@@ -1130,8 +1132,7 @@ def _move_site_lua(
             f"{copy} is there already, and install moves the site's {path} there; "
             "move it away first"
         )
-    plugins = settings_of(walk(target.slurm_conf, {target.slurm_conf: pristine, **included}))
-    submit = plugins.get("jobsubmitplugins")
+    submit = _site_settings(target, pristine, included).get("jobsubmitplugins")
     if submit is None or "lua" not in (p.lower() for p in items(submit.value)):
         raise InstallError(
             f"{path} is there, but the site's JobSubmitPlugins has no lua, so Slurm does not "

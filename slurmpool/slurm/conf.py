@@ -8,7 +8,11 @@ need is modelled; nothing here rewrites a file.
 
 from __future__ import annotations
 
+import re
+
 from slurmpool.records import record
+
+_PAIR = re.compile(r'(?P<key>[A-Za-z]+)=(?P<value>"[^"]*"|\S+)')
 
 
 @record(frozen=True, slots=True)
@@ -62,6 +66,12 @@ def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
     return value
+
+
+def params(body: str) -> list[tuple[str, str]]:
+    """The ``Key=Value`` pairs of a line without its comment (``NodeName=`` lines,
+    gres.conf lines), in order, keys as written; a quoted value keeps its quotes."""
+    return [(m["key"], m["value"]) for m in _PAIR.finditer(body)]
 
 
 def settings(text: str) -> dict[str, str]:

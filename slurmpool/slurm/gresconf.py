@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from slurmpool.hostlist import HostList, compress
 from slurmpool.records import record
-from slurmpool.slurm.conf import strip_comment
+from slurmpool.slurm.conf import params, strip_comment
 from slurmpool.slurm.marks import LineEdit, added, block, set_aside
 
 GPU_NAMES = ("gpu", "shard", "mps")  # GRES slurmpool describes on its nodes
@@ -55,12 +55,11 @@ class GresEdit:
     refusals: tuple[str, ...]  # each names the site's line and the fix
 
 
-_PAIR = re.compile(r"(?P<key>[A-Za-z]+)=(?P<value>\S+)")
 _NODENAME = re.compile(r"(?i)\bNodeName=\S+")
 
 
 def _pairs(body: str) -> dict[str, str]:
-    return {m["key"].lower(): m["value"] for m in _PAIR.finditer(body)}
+    return {key.lower(): value for key, value in params(body)}
 
 
 def edit_gres_conf(site: str, ours: str, groups: Sequence[PooledGroup], *, path: str) -> GresEdit:

@@ -24,17 +24,15 @@ count as the line's own.  Pure: text in, text out.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from slurmpool.hostlist import HostList, compress
 from slurmpool.records import record
-from slurmpool.slurm.conf import strip_comment
+from slurmpool.slurm.conf import params, strip_comment
 from slurmpool.slurm.marks import LineEdit, added, set_aside
 
 GPU_GRES = ("gpu", "shard", "mps", "vgpu", "vgpufit")  # what slurmpool's Gres= says
 _FEATURE_KEYS = ("features", "feature")
-_PAIR = re.compile(r'(?P<key>[A-Za-z]+)=(?P<value>"[^"]*"|\S+)')
 
 
 @record(frozen=True, slots=True)
@@ -88,11 +86,6 @@ def policy_definitions(
         members = (_get(params(line), "nodes") or "").split(",")
         partitions.append(PolicyPartition(name, line, tuple(m for m in members if m in anchors)))
     return nodes, partitions
-
-
-def params(body: str) -> list[tuple[str, str]]:
-    """``Key=Value`` pairs of a line, in order, keys as written."""
-    return [(m["key"], m["value"]) for m in _PAIR.finditer(body)]
 
 
 def _get(pairs: Sequence[tuple[str, str]], key: str) -> str | None:

@@ -58,9 +58,9 @@ JOB
 chmod 755 "$work/job.sh"
 say "sbatch --gres=gpu:1 (a whole passthrough GPU) and --gres=vgpu:2 (a 2g MIG instance carved for the job)"
 gpu_job=$(runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" \
-  sbatch --parsable --chdir "$work" --output "$work/%j.out" --gres=gpu:1 "$work/job.sh")
+  sbatch --parsable --account=sandbox --chdir "$work" --output "$work/%j.out" --gres=gpu:1 "$work/job.sh")
 vgpu_job=$(runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" \
-  sbatch --parsable --chdir "$work" --output "$work/%j.out" --gres=vgpu:2 "$work/job.sh")
+  sbatch --parsable --account=sandbox --chdir "$work" --output "$work/%j.out" --gres=vgpu:2 "$work/job.sh")
 echo "submitted $gpu_job and $vgpu_job"
 
 jobs="$gpu_job,$vgpu_job"

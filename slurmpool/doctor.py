@@ -64,7 +64,7 @@ from slurmpool.install import (
 from slurmpool.isolation import NodeFences, node_isolation
 from slurmpool.modes import GpuMode
 from slurmpool.slurm.conf import scan_conf, settings, strip_comment
-from slurmpool.slurm.includes import resolve
+from slurmpool.slurm.includes import MissingInclude, gather, resolve, walk
 from slurmpool.slurm.parse import (
     GresConfEntry,
     gres_totals,
@@ -475,9 +475,10 @@ def check_trust(config: NodeConfig, opts: DoctorOptions) -> Iterator[Finding]:
 # --- Slurm ----------------------------------------------------------------
 
 
-def expected_node_gres(fragment_text: str, node: str) -> str | None:
-    """The ``Gres=`` the generated fragment gives ``node`` (None if no line has it)."""
-    for line in scan_conf(fragment_text):
+def expected_node_gres(conf_text: str, node: str) -> str | None:
+    """The ``Gres=`` the configuration ``conf_text`` gives ``node`` (None if no line
+    defines it)."""
+    for line in scan_conf(conf_text):
         if not line.is_key("NodeName") or line.value is None:
             continue
         try:
@@ -528,16 +529,38 @@ def check_slurm_version(config: NodeConfig, runner: Runner) -> Iterator[Finding]
         yield Finding("slurm-version", True, f"Slurm {have}, as the config was generated for{by}")
 
 
+def configured_node_gres(root: Path, conf: str, node: str) -> str | None:
+    """The ``Gres=`` that ``conf`` and the files it includes give ``node``: slurmpool's
+    fragment, or the site's own ``NodeName=`` line that install edited (None: no line
+    defines the node).  Raises OSError, or MissingInclude for a file not there."""
+
+    def read(path: str) -> str | None:
+        try:
+            return under(root, path).read_text(errors="replace")
+        except FileNotFoundError:
+            return None
+
+    text = under(root, conf).read_text(errors="replace")
+    texts = {conf: text, **gather(conf, text, read)}
+    return expected_node_gres("\n".join(line.text for _, line in walk(conf, texts)), node)
+
+
 def check_slurm_node(config: NodeConfig, opts: DoctorOptions, runner: Runner) -> Iterator[Finding]:
-    fragment = os.path.join(config.paths["slurm_config_dir"], SLURM_FRAGMENT)
+    conf = opts.slurm_conf or os.path.join(config.paths["slurm_config_dir"], "slurm.conf")
     try:
-        want_text = expected_node_gres(under(opts.root, fragment).read_text(), opts.node)
+        want_text = configured_node_gres(opts.root, conf, opts.node)
     except OSError as e:
-        yield Finding("slurm-node", False, f"cannot read {fragment}: {e.strerror}", "rerun install")
+        yield Finding("slurm-node", False, f"cannot read {conf}: {e.strerror}", "pass --slurm-conf")
+        return
+    except MissingInclude as e:
+        yield Finding("slurm-node", False, str(e), "restore the file, or rerun install")
         return
     if want_text is None:
         yield Finding(
-            "slurm-node", False, f"{fragment} has no NodeName line for {opts.node}", "regenerate"
+            "slurm-node",
+            False,
+            f"neither {conf} nor a file it includes defines node {opts.node}",
+            "run `slurmpool install --controller` with a policy that has the node",
         )
         return
     try:
@@ -566,12 +589,12 @@ def check_slurm_node(config: NodeConfig, opts: DoctorOptions, runner: Runner) ->
             "slurm-node",
             False,
             f"slurmctld has Gres={','.join(str(g) for g in node.gres) or '(none)'} for "
-            f"{opts.node}, the generated config says Gres={want_text}",
+            f"{opts.node}, the configuration says Gres={want_text}",
             "restart slurmctld and slurmd after install (`scontrol reconfigure` does not "
             "change GRES of registered nodes)",
         )
     else:
-        yield Finding("slurm-node", True, f"Gres={want_text} as generated")
+        yield Finding("slurm-node", True, f"Gres={want_text} as configured")
     if not node.available:
         state = "+".join((node.state, *node.flags))
         yield Finding(

@@ -63,7 +63,7 @@ from slurmpool.slurm.cgroupconf import edit_cgroup_conf
 from slurmpool.slurm.conf import scan_conf, strip_comment
 from slurmpool.slurm.conflists import is_list_key, items, merge
 from slurmpool.slurm.gresconf import PooledGroup, edit_gres_conf
-from slurmpool.slurm.includes import includes_of, walk
+from slurmpool.slurm.includes import MissingInclude, gather, walk
 from slurmpool.slurm.marks import DISABLED_PREFIX, marked_lines, unmark
 from slurmpool.slurm.siteneeds import (
     TASK_CGROUP_CHOICES,
@@ -72,7 +72,6 @@ from slurmpool.slurm.siteneeds import (
     SiteSetting,
     TaskCgroup,
     settings_of,
-    site_settings,
 )
 from slurmpool.slurm.siteneeds import check as check_site
 from slurmpool.slurm.sitenodes import edit_nodes, policy_definitions
@@ -1088,23 +1087,15 @@ def _marked(text: str) -> list[str]:
 def _site_includes(root: Path, target: InstallTarget, pristine: str) -> dict[str, str]:
     """Every file the site's slurm.conf includes, near or far (path -> the site's text,
     without slurmpool's marks); a file named that is not there is refused."""
-    cluster = site_settings(pristine).get("clustername")
-    texts: dict[str, str] = {}
-    queue = [(target.slurm_conf, pristine)]
-    while queue:
-        path, text = queue.pop(0)
-        for inc in includes_of(path, text, cluster.value if cluster else None, _ours(target)):
-            if inc.path in texts or inc.path == target.slurm_conf:
-                continue
-            data = _read(under(root, inc.path))
-            if data is None:
-                raise InstallError(
-                    f"{path} line {inc.line} ({inc.text.strip()!r}) includes {inc.path}, "
-                    "which is not there; slurmpool edits the site's files as Slurm reads them"
-                )
-            texts[inc.path] = unmark(data.decode(errors="surrogateescape"))
-            queue.append((inc.path, texts[inc.path]))
-    return texts
+
+    def read(path: str) -> str | None:
+        data = _read(under(root, path))
+        return None if data is None else unmark(data.decode(errors="surrogateescape"))
+
+    try:
+        return gather(target.slurm_conf, pristine, read, _ours(target))
+    except MissingInclude as e:
+        raise InstallError(f"{e}; slurmpool edits the site's files as Slurm reads them") from None
 
 
 def _move_site_lua(

@@ -20,6 +20,7 @@ from slurmpool.doctor import (
     check_monitord,
     check_slurm_version,
     check_state_dir,
+    configured_node_gres,
     expected_node_gres,
     run_doctor,
 )
@@ -29,6 +30,7 @@ from slurmpool.policy.model import Policy
 from slurmpool.records import replace
 from slurmpool.sandbox.provision import proc_root_for
 from slurmpool.sim.node import create_node
+from slurmpool.slurm.includes import MissingInclude
 from slurmpool.slurm.runner import Runner
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sandbox.yaml"
@@ -216,6 +218,29 @@ def test_expected_node_gres(node: str, expected: str | None) -> None:
     policy = load_policy(EXAMPLE, variables={"root": "/x"})
     fragment = generate(policy, installed=NODE_SLURM).files["slurmpool.conf"]
     assert expected_node_gres(fragment, node) == expected
+
+
+def test_a_node_the_site_defines_is_read_where_install_edited_it(tmp_path: Path) -> None:
+    """On a merged site the node's line is the site's own, edited in place (its
+    original set aside as a comment), in a file slurm.conf includes; slurmpool's
+    fragment holds only its fit anchor."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text(
+        "ClusterName=c\nInclude nodes/%c.conf\nInclude slurmpool.conf #slurmpool-include\n"
+    )
+    (etc / "nodes").mkdir()
+    (etc / "nodes" / "c.conf").write_text(
+        "#slurmpool-disabled: NodeName=sbx[1-2] CPUs=16 Gres=gpu:a100:3\n"
+        "NodeName=sbx[1-2] CPUs=16 Gres=gpu:a100:1,vgpu:14,mysite:2 #slurmpool-added\n"
+    )
+    (etc / "slurmpool.conf").write_text("NodeName=vgpufit-sbx Gres=vgpu:14 State=FUTURE\n")
+    conf = str(etc / "slurm.conf")
+    assert configured_node_gres(Path("/"), conf, "sbx2") == "gpu:a100:1,vgpu:14,mysite:2"
+    assert configured_node_gres(Path("/"), conf, "gpu1") is None
+    (etc / "nodes" / "c.conf").unlink()
+    with pytest.raises(MissingInclude, match=r"line 2 \('Include nodes/%c.conf'\)"):
+        configured_node_gres(Path("/"), conf, "sbx2")
 
 
 def test_gres_conf_entries() -> None:

@@ -17,7 +17,6 @@ from slurmpool.sandbox.cluster import (
     Sandbox,
     SandboxError,
     SandboxOptions,
-    base_slurm_conf,
     free_port_block,
     host_fences_devices,
     monitord_argv,
@@ -28,6 +27,7 @@ from slurmpool.sandbox.cluster import (
 from slurmpool.sandbox.hosts import loopback_hosts, machine_names
 from slurmpool.sandbox.layout import Layout, SandboxState, load_state
 from slurmpool.sandbox.requirements import REQUIRED_PROGRAMS, missing_programs
+from slurmpool.sandbox.site import site_slurm_conf
 from slurmpool.sandbox.users import login_uid_range, login_users
 from slurmpool.slurm.conf import settings
 from slurmpool.slurm.runner import Runner
@@ -90,7 +90,7 @@ def test_state_round_trip(tmp_path: Path) -> None:
 def test_base_conf_is_loopback_with_short_credentials(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
     ports = {"slurmctld": 20001, "slurmdbd": 20002, "mariadb": 20003, "slurmd": 20004}
-    conf = settings(base_slurm_conf(layout, "sbx", ports, fence_devices=False))
+    conf = settings(site_slurm_conf(layout, "sbx", ports, fence_devices=False))
     assert conf["clustername"] == "sbx"
     assert conf["slurmctldhost"] == "localhost(127.0.0.1)"
     assert conf["authinfo"] == f"socket={layout.munge_socket},cred_expire=10"
@@ -103,7 +103,7 @@ def test_base_conf_is_loopback_with_short_credentials(tmp_path: Path) -> None:
     assert conf["selecttype"] == "select/cons_tres"
     assert conf["slurmdparameters"] == "config_overrides"
     assert conf["prolog"] == str(layout.site_dir / "prolog.sh")
-    fenced = settings(base_slurm_conf(layout, "sbx", ports, fence_devices=True))
+    fenced = settings(site_slurm_conf(layout, "sbx", ports, fence_devices=True))
     assert (fenced["proctracktype"], fenced["taskplugin"]) == ("proctrack/cgroup", "task/cgroup")
     dbd = settings(slurmdbd_conf(layout, ports, "pw"))
     assert dbd["dbdaddr"] == "127.0.0.1" and dbd["storagehost"] == "127.0.0.1"

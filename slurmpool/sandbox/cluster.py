@@ -6,9 +6,10 @@ the foreground under this sandbox's directory, with ports picked free at
 ``up``.  Each slurmd runs in its own mount namespace where its host's
 simulated GPUs (sim state, device nodes, mig-minors) and state dir are
 bind-mounted at the same paths, so one generated config serves every node
-as on real hosts.  The generated config goes in with the same code as
-``slurmpool install``, over a base ``slurm.conf`` that plays the site's
-(including a site Prolog that slurmpool must keep running).
+as on real hosts.  The sandbox starts as a site that runs Slurm already
+(:mod:`slurmpool.sandbox.site`: its own slurm.conf, cgroup.conf, gres.conf,
+job_submit.lua and Prolog), and the generated config goes into it with the
+same code as ``slurmpool install --controller`` and ``--node``.
 
 Every PID started is recorded in ``sandbox.json``; ``down`` signals only
 those PIDs.  Nothing is installed on the machine: missing programs are
@@ -35,6 +36,7 @@ from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV, NODE_CONFIG_NAME
 from slurmpool.install import (
     MANIFEST_NAME,
     STATE_DIR_MODE,
+    Role,
     SiteOptions,
     apply,
     others_can_run,
@@ -52,6 +54,7 @@ from slurmpool.sandbox.layout import (
     load_state,
 )
 from slurmpool.sandbox.requirements import missing_programs
+from slurmpool.sandbox.site import SITE_PROLOG_NAME, node_ports, site_files, site_prolog
 from slurmpool.sandbox.users import machine_login_users
 from slurmpool.slurm.parse import NodeInfo, parse_nodes
 from slurmpool.slurm.runner import Runner, SlurmCommandError
@@ -59,8 +62,8 @@ from slurmpool.slurm.version import InstalledSlurm
 
 MARIADB_USER = "slurm"
 ACCOUNT = "sandbox"
-SITE_PROLOG_NAME = "prolog.sh"
-SITE_PROLOG_LOG = "prolog.log"
+# Where sbatch, salloc and srun read the account a job is charged to.
+ACCOUNT_ENV = ("SBATCH_ACCOUNT", "SALLOC_ACCOUNT", "SLURM_ACCOUNT")
 
 
 class SandboxError(RuntimeError):
@@ -328,79 +331,6 @@ def remove_node_cgroups(nodes: Sequence[str], cgroup_root: Path = CGROUP_ROOT) -
     return report
 
 
-def base_slurm_conf(
-    layout: Layout,
-    cluster: str,
-    ports: dict[str, int],
-    fence_devices: bool | None = None,
-    configless: bool = False,
-) -> str:
-    """The 'site' slurm.conf: everything but what slurmpool generates.
-
-    ``fence_devices`` (default: :func:`host_fences_devices`): task/cgroup and
-    proctrack/cgroup, so the generated cgroup.conf's ConstrainDevices holds each job
-    to the GPU device files Slurm gave it, as on a production node.
-    """
-    if fence_devices is None:
-        fence_devices = host_fences_devices()
-    sock = layout.munge_socket
-    lines = [
-        "# slurm.conf of the slurmpool sandbox (the site's part; slurmpool adds an Include).",
-        f"ClusterName={cluster}",
-        "SlurmctldHost=localhost(127.0.0.1)",
-        f"SlurmctldPort={ports['slurmctld']}",
-        f"SlurmdPort={ports['slurmd']}",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        # Bind to the configured (loopback) addresses, not to every interface.
-        "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
-        # cred_expire=10: a requeued job runs again after ~20 s instead of ~2 min.
-        f"AuthInfo=socket={sock},cred_expire=10",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        f"StateSaveLocation={layout.ctld_state}",
-        f"SlurmdSpoolDir={layout.spool}/%n",
-        f"SlurmdPidFile={layout.run_dir}/slurmd-%n.pid",
-        f"SlurmdLogFile={layout.log_dir}/slurmd-%n.log",
-        f"SlurmctldPidFile={layout.run_dir}/slurmctld.pid",
-        f"SlurmctldLogFile={layout.log_dir}/slurmctld.log",
-        "SlurmctldDebug=info",
-        "SlurmdDebug=info",
-        "ProctrackType=" + ("proctrack/cgroup" if fence_devices else "proctrack/linuxproc"),
-        "TaskPlugin=" + ("task/cgroup" if fence_devices else "task/none"),
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core_Memory",
-        # Enforced by cgroup.conf's ConstrainRAMSpace where fenced: 250 MB holds the
-        # simulator's workload, and 16 one-CPU jobs fill a node's 4000 MB.
-        "DefMemPerCPU=250",
-        "SlurmdParameters=config_overrides",
-        "MpiDefault=none",
-        "ReturnToService=2",
-        # Slurm's default scheduler, named: what the tests see is backfill's doing.
-        # sched_interval=5: the main scheduling loop (default every 60 s) picks up a
-        # requeued job, and sets a waiting job's Reason, within seconds;
-        # bf_interval=1: a backfill pass every second (default 30 s), so that tests
-        # wait on state, not on the scheduler's clock.
-        *(["SlurmctldParameters=enable_configless"] if configless else []),
-        "SchedulerType=sched/backfill",
-        "SchedulerParameters=sched_min_interval=100000,sched_interval=5,bf_interval=1",
-        "MinJobAge=300",
-        "KillWait=5",
-        "InactiveLimit=0",
-        "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/slurmdbd",
-        "AccountingStorageHost=127.0.0.1",
-        f"AccountingStoragePort={ports['slurmdbd']}",
-        # For slurmdbd connections this names the munge socket to use.
-        f"AccountingStoragePass={sock}",
-        f"Prolog={layout.site_dir / SITE_PROLOG_NAME}",
-        # A site partition without pooled GPUs (vgpu requests there are refused).
-        "PartitionName=site-cpu Nodes=ALL Default=NO State=UP",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def slurmdbd_conf(layout: Layout, ports: dict[str, int], password: str) -> str:
     return "\n".join(
         [
@@ -421,16 +351,6 @@ def slurmdbd_conf(layout: Layout, ports: dict[str, int], password: str) -> str:
             "StorageLoc=slurm_acct_db",
             "",
         ]
-    )
-
-
-def site_prolog(layout: Layout) -> str:
-    log = layout.site_dir / SITE_PROLOG_LOG
-    return (
-        "#!/bin/sh\n"
-        "# The sandbox site's own Prolog: slurmpool's wrapper must keep running it.\n"
-        f'echo "site-prolog job=$SLURM_JOB_ID node=$SLURMD_NODENAME" >> {log}\n'
-        "exit 0\n"
     )
 
 
@@ -465,9 +385,12 @@ class Sandbox:
             raise SandboxError(
                 f"no running sandbox in {self.layout.root}; run: slurmpool sandbox up"
             )
+        # The site's job_submit.lua wants every job to name an account; as a site's
+        # login profile would, the environment names the sandbox's.
         return [
             f"export SLURM_CONF={st.slurm_conf}",
             f"export SLURMPOOL_SANDBOX_DIR={self.layout.root}",
+            *(f"export {v}={ACCOUNT}" for v in ACCOUNT_ENV),
         ]
 
     def on_node(self, node: str, argv: Sequence[str]) -> list[str]:
@@ -652,9 +575,25 @@ class Sandbox:
         policy = self._with_installed_slurm(self._load_policy(Path(state.policy)))
         return self._with_ports(policy, state.ports)
 
+    def site_files(
+        self, state: SandboxState, policy: Policy, configless: bool = False
+    ) -> dict[str, str]:
+        """The site's own Slurm files (:mod:`slurmpool.sandbox.site`) by name, as they
+        lie in the policy's Slurm directory before slurmpool is installed."""
+        return site_files(
+            self.layout,
+            state.cluster,
+            state.ports,
+            policy.node_groups,
+            policy.partitions,
+            policy.paths.devices_root,
+            fence_devices=host_fences_devices(),
+            configless=configless,
+        )
+
     def site_options(self) -> SiteOptions:
         """What install is told about the sandbox's own slurm.conf: where the host cannot
-        fence devices it runs task/none (base_slurm_conf), which install accepts only
+        fence devices it runs task/none (:func:`.site.site_slurm_conf`), which install accepts only
         when told to pool unfenced."""
         return SiteOptions(
             slurm=self.installed_slurm.version,
@@ -681,9 +620,7 @@ class Sandbox:
         """The policy with every node group's NodeAddr/Port set to the chosen loopback ports."""
         groups = []
         for g in policy.node_groups:
-            names = g.hostlist.expand()
-            node_ports = [ports[f"slurmd:{n}"] for n in names]
-            port = str(node_ports[0]) if len(names) == 1 else f"[{node_ports[0]}-{node_ports[-1]}]"
+            port = node_ports(g.hostlist.expand(), ports)
             options = [(k, v) for k, v in g.slurm_node_options if k not in ("Port", "NodeAddr")]
             options += [("NodeAddr", "127.0.0.1"), ("Port", port)]
             groups.append(dataclasses.replace(g, slurm_node_options=tuple(options)))
@@ -878,10 +815,8 @@ class Sandbox:
         )
 
         say("writing slurm.conf and installing slurmpool's config")
-        conf = Path(state.slurm_conf)
-        conf.write_text(
-            base_slurm_conf(L, state.cluster, state.ports, configless=options.configless)
-        )
+        for name, text in self.site_files(state, policy, options.configless).items():
+            (etc / name).write_text(text)
         dbd_conf = etc / "slurmdbd.conf"
         dbd_conf.write_text(slurmdbd_conf(L, state.ports, password))
         os.chmod(dbd_conf, 0o600)
@@ -1026,7 +961,12 @@ class Sandbox:
             python_path=python_path,
             timeout_bin=self.runner.which("timeout"),
         )
-        apply(plan_install(target, generated.files, options=self.site_options()))
+        # As a site deploys it: the shared configuration on the controller, then what
+        # a node needs (here one install serves every node: they share node_root).
+        roles: tuple[Role, ...] = ("controller", "node")
+        for role in roles:
+            plan = plan_install(target, generated.files, options=self.site_options(), role=role)
+            apply(plan)
         # Each host sees its own state dir; on a real cluster install runs on every
         # node, so each has the manifest (doctor reads what the hooks import from it).
         for name in state.nodes:

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 
 from slurmpool.records import record
-from slurmpool.slurm.conf import ConfLine, scan_conf
+from slurmpool.slurm.conf import ConfLine, scan_conf, settings
 
 
 @record(frozen=True, slots=True)
@@ -45,6 +45,43 @@ def includes_of(
             if not skip(target):
                 out.append(Include(line.index + 1, line.text, target))
     return out
+
+
+class MissingInclude(Exception):
+    """A file an ``Include`` names is not there."""
+
+    def __init__(self, including: str, include: Include) -> None:
+        super().__init__(
+            f"{including} line {include.line} ({include.text.strip()!r}) includes "
+            f"{include.path}, which is not there"
+        )
+        self.including = including
+        self.include = include
+
+
+def gather(
+    top: str,
+    text: str,
+    read: Callable[[str], str | None],
+    skip: Callable[[str], bool] = lambda _: False,
+) -> dict[str, str]:
+    """The text of every file ``top`` (whose text is ``text``) includes, near or far
+    (path -> text), each read once with ``read`` (None: not there, which raises
+    :class:`MissingInclude`); ``skip``: files not to read."""
+    cluster = settings(text).get("clustername")
+    texts: dict[str, str] = {}
+    queue = [(top, text)]
+    while queue:
+        path, body = queue.pop(0)
+        for inc in includes_of(path, body, cluster, skip):
+            if inc.path in texts or inc.path == top:
+                continue
+            found = read(inc.path)
+            if found is None:
+                raise MissingInclude(path, inc)
+            texts[inc.path] = found
+            queue.append((inc.path, found))
+    return texts
 
 
 def walk(

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from polling import poll
 
-from slurmpool.sandbox.cluster import Sandbox, SandboxOptions
+from slurmpool.sandbox.cluster import ACCOUNT, Sandbox, SandboxOptions
 from slurmpool.sandbox.layout import SandboxState
 from slurmpool.sandbox.requirements import missing_programs
 from slurmpool.slurm.parse import parse_jobs
@@ -79,10 +79,15 @@ class Cluster:
     slurm: Runner
     workdir: Path
 
-    def sbatch(self, *args: str, user: str | None = None, check: bool = True) -> CommandResult:
+    def sbatch(
+        self, *args: str, user: str | None = None, check: bool = True, account: bool = True
+    ) -> CommandResult:
+        """``sbatch --parsable ARGS`` as ``user``; ``account``: charged to the sandbox's
+        account, which the site's job_submit.lua wants every job to name."""
         return self.slurm.run(
             "sbatch",
             "--parsable",
+            *([f"--account={ACCOUNT}"] if account else []),
             *args,
             as_user=user,
             check=check,

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from slurmpool.doctor import expected_node_gres
+from slurmpool.doctor import configured_node_gres
 from slurmpool.sandbox.cluster import (
     SandboxError,
     SandboxOptions,
     SandboxRunning,
     host_fences_devices,
 )
+from slurmpool.sandbox.site import SITE_FEATURE
 from slurmpool.slurm.gres import gres_totals, parse_gres
 from slurmpool.slurm.parse import parse_nodes
 
@@ -30,12 +31,11 @@ def test_started_quickly(cluster: Cluster) -> None:
 
 
 def test_nodes_register_with_the_generated_gres(cluster: Cluster) -> None:
-    etc = Path(cluster.state.slurm_conf).parent
-    fragment = (etc / "slurmpool.conf").read_text()
+    """The site's own NodeName line, edited by install, gives each node slurmpool's GRES."""
     nodes = parse_nodes(cluster.slurm.run("scontrol", "show", "node").stdout)
     assert sorted(n.name for n in nodes) == ["sbx1", "sbx2"]
     for node in nodes:
-        want = expected_node_gres(fragment, node.name)
+        want = configured_node_gres(Path("/"), cluster.state.slurm_conf, node.name)
         assert want == (
             "gpu:a100:1,vgpu:14,vgpufit:s1:14,vgpufit:s2:6,vgpufit:s3:4,vgpufit:s4:2,vgpufit:s7:2,"
             "vgpufit:next:1,vgpufit:pad:14"
@@ -180,6 +180,9 @@ def test_second_up_refuses(cluster: Cluster) -> None:
 def test_env_lines(cluster: Cluster) -> None:
     lines = cluster.sandbox.env_lines()
     assert f"export SLURM_CONF={cluster.state.slurm_conf}" in lines
+    # Jobs submitted by hand after `eval "$(slurmpool sandbox env)"` name the account
+    # the site's job_submit.lua wants.
+    assert "export SBATCH_ACCOUNT=sandbox" in lines
 
 
 def test_each_node_runs_its_monitord(cluster: Cluster) -> None:
@@ -249,7 +252,7 @@ def test_restart_starts_daemons_anew_and_waits_until_they_serve(cluster: Cluster
     # features from slurm.conf again (tests/data/probe-node-features.sh).
     node = sbx1()
     assert node["SlurmdStartTime"] != before["SlurmdStartTime"]
-    assert node["ActiveFeatures"] == "(null)" and node["State"] == "IDLE"
+    assert node["ActiveFeatures"] == SITE_FEATURE and node["State"] == "IDLE"
     job = cluster.submit("-w", "sbx1", "--wrap", "true")
     assert cluster.wait(job) == "COMPLETED"
     res = _sandbox_cli(cluster, "restart", "slurmd-sbx9")

@@ -10,7 +10,7 @@ import pytest
 from polling import poll
 
 from slurmpool.sandbox import procs
-from slurmpool.sandbox.cluster import Sandbox
+from slurmpool.sandbox.cluster import ACCOUNT, Sandbox
 
 pytestmark = pytest.mark.own_sandbox
 
@@ -58,6 +58,7 @@ def test_down_with_a_running_job_leaves_no_process(own_sandbox: Sandbox) -> None
         .run(
             "sbatch",
             "--parsable",
+            f"--account={ACCOUNT}",
             "--gres=vgpu:1",
             f"--chdir={work}",
             "-o",

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from slurmpool.configgen.render import generate
-from slurmpool.install import apply, plan_install, plan_uninstall, target_for_policy
-from slurmpool.sandbox.cluster import SandboxOptions, base_slurm_conf, hook_interpreter
+from slurmpool.install import Role, apply, plan_install, plan_uninstall, target_for_policy
+from slurmpool.sandbox.cluster import SandboxOptions, hook_interpreter
 
 from .conftest import Cluster
 
@@ -29,15 +29,17 @@ def test_uninstall_restores_and_reinstall_works(cluster: Cluster) -> None:
     policy_dir = layout.node_root / "state"
 
     apply(plan_uninstall(str(policy_dir)))
-    site = base_slurm_conf(layout, cluster.state.cluster, cluster.state.ports)
-    assert conf.read_text() == site  # byte-identical to the site's own slurm.conf
+    policy = cluster.sandbox.policy_as_installed(cluster.state)
+    # Every site file byte-identical to what the site wrote before slurmpool came.
+    site = cluster.sandbox.site_files(cluster.state, policy)
+    for name, text in site.items():
+        assert (etc / name).read_text() == text, name
     assert "#slurmpool-" not in conf.read_text()
     assert not (etc / "slurmpool.conf").exists()
-    assert not (etc / "gres.conf").exists()
+    assert not (etc / "job_submit.site.lua").exists()
     assert all(not h.exists() for h in hooks)
 
     # Reinstall the same policy: the same bytes as the sandbox's install.
-    policy = cluster.sandbox.policy_as_installed(cluster.state)
     python, python_path = hook_interpreter(
         SandboxOptions(directory=layout.root, python=sys.executable)
     )
@@ -51,7 +53,9 @@ def test_uninstall_restores_and_reinstall_works(cluster: Cluster) -> None:
     )
     files = generate(policy, installed=cluster.sandbox.installed_slurm).files
     site_options = cluster.sandbox.site_options()
-    apply(plan_install(target, files, options=site_options))
+    roles: tuple[Role, ...] = ("controller", "node")
+    for role in roles:
+        apply(plan_install(target, files, options=site_options, role=role))
     assert {p: digest(p) for p in etc.iterdir() if p.is_file()} == installed
     assert plan_install(target, files).empty  # the manifest keeps the --task-cgroup choice
 

@@ -942,3 +942,77 @@ def test_an_install_by_an_earlier_version_is_taken_over(
     apply(plan_uninstall(policy.paths.state_dir))
     after = snapshot(site["root"])
     assert after == before
+
+
+# The site the issue was found on, all at once: its lists, licence, nodes and
+# partitions, cgroup.conf, gres.conf with a global AutoDetect and shards on a node
+# slurmpool does not pool, and a job_submit.lua with an account rule.
+WHOLE_SITE_CONF = """\
+GresTypes=gpu,shard
+AccountingStorageTRES=gres/gpu,license/matlab
+Licenses=matlab:10
+JobSubmitPlugins=lua
+NodeName=sbx[1-2] CPUs=32 RealMemory=64000 Gres=gpu:a100:3 Features=ib
+NodeName=old01 CPUs=16 Gres=gpu:titanv:1,shard:8
+PartitionName=pool Nodes=sbx[1-2] State=UP
+PartitionName=old Nodes=old01 State=UP
+"""
+WHOLE_SITE_GRES = """\
+AutoDetect=nvml
+NodeName=sbx[1-2] Name=gpu Type=a100 File=/dev/nvidia[0-2]
+NodeName=old01 Name=gpu Type=titanv File=/dev/nvidia0
+NodeName=old01 Name=shard Count=8
+"""
+
+
+def test_a_whole_site_keeps_every_setting_through_install_and_uninstall(
+    site: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node_slurm_on_path(site["root"] / "bin", monkeypatch)
+    etc = site["conf"].parent
+    site["conf"].write_text(site["conf"].read_text().replace("NodeName=sbx[1-2] CPUs=8\n", ""))
+    with site["conf"].open("a") as f:
+        f.write(WHOLE_SITE_CONF)
+    (etc / "cgroup.conf").write_text(SITE_CGROUP)
+    (etc / "gres.conf").write_text(WHOLE_SITE_GRES)
+    (etc / "job_submit.lua").write_text(SITE_LUA)
+    before = snapshot(site["root"])
+
+    dry = install_cli(site, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert snapshot(site["root"]) == before
+    said = [line for line in dry.output.splitlines() if line.startswith("# /")]
+    # Each site line install changes is named with its reason; none it keeps is.
+    for kept in ("Licenses=matlab:10", "NodeName=old01", "PartitionName=old", "AutoDetect=nvml"):
+        assert not any(f"('{kept}" in line for line in said), (kept, said)
+    for changed in ("GresTypes=gpu,shard", "NodeName=sbx[1-2]", "PartitionName=pool"):
+        assert any(f"('{changed}" in line for line in said), (changed, said)
+    assert any("cgroup.conf line 3 (new): added: keeps each job" in line for line in said)
+    assert any("job_submit.lua: the site's file moves to" in line for line in said)
+
+    result = install_cli(site)
+    assert result.exit_code == 0, result.output
+    conf = site["conf"].read_text()
+    fragment = (etc / "slurmpool.conf").read_text()
+    assert "\nLicenses=matlab:10\n" in conf
+    assert "\nNodeName=old01 CPUs=16 Gres=gpu:titanv:1,shard:8\n" in conf
+    assert "\nPartitionName=old Nodes=old01 State=UP\n" in conf
+    assert "\nNodeName=sbx[1-2] CPUs=32 RealMemory=64000 Gres=gpu:a100:1,vgpu:14," in conf
+    assert "GresTypes=gpu,shard,vgpu,vgpufit\n" in fragment
+    assert "AccountingStorageTRES=gres/gpu,license/matlab,gres/vgpu\n" in fragment
+    # Defined once: the site's lines are the definitions, slurmpool.conf adds its anchor.
+    assert [ln.split()[0] for ln in fragment.splitlines() if ln.startswith(("Node", "Part"))] == [
+        "NodeName=vgpufit-sbx"
+    ]
+    assert (etc / "cgroup.conf").read_text() == SITE_CGROUP + (
+        "ConstrainDevices=yes #slurmpool-added\n"
+    )
+    gres = (etc / "gres.conf").read_text()
+    assert gres.startswith("AutoDetect=nvml\n")
+    assert "\nNodeName=old01 Name=gpu Type=titanv File=/dev/nvidia0\n" in gres
+    assert "\nNodeName=old01 Name=shard Count=8\n" in gres
+    assert (etc / "job_submit.site.lua").read_text() == SITE_LUA
+    assert install_cli(site).output.strip() == "nothing to do"
+
+    apply(plan_uninstall(policy_for(site["node"]).paths.state_dir))
+    assert snapshot(site["root"]) == before

@@ -5,6 +5,8 @@ in force, as Slurm itself reports it (``scontrol show config``, ``scontrol show 
 
 from __future__ import annotations
 
+from polling import poll
+
 from slurmpool.sandbox.cluster import host_fences_devices
 from slurmpool.sandbox.site import (
     ACCOUNT_RULE,
@@ -102,6 +104,13 @@ def test_the_sites_lua_still_rules_and_its_licence_counts(cluster: Cluster) -> N
         "true",
         user="sp-bob",
     )
-    record = cluster.job(job)
-    assert f"license/{LICENSE}=2" in record["TRES"] and "gres/vgpu=2" in record["TRES"]
+    assert cluster.job(job)["Licenses"] == f"{LICENSE}:2"
     assert cluster.wait(job) == "COMPLETED"
+
+    # AccountingStorageTRES still tracks the licence: accounting has what the job held.
+    def alloc_tres() -> str:
+        argv = ("sacct", "-n", "-X", "-P", "-j", str(job), "-o", "AllocTRES")
+        return str(cluster.slurm.run(*argv, timeout=15).stdout.strip())
+
+    tres = poll(f"job {job} in accounting", lambda: "license/" in alloc_tres() and alloc_tres())
+    assert f"license/{LICENSE}=2" in tres.split(",") and "gres/vgpu=2" in tres.split(","), tres

@@ -98,6 +98,11 @@ def test_base_conf_is_loopback_with_short_credentials(tmp_path: Path) -> None:
     assert conf["communicationparameters"] == "NoCtldInAddrAny,NoInAddrAny"
     assert conf["slurmdspooldir"].endswith("/%n")
     assert conf["slurmduser"] == "root" and conf["slurmuser"] == "root"
+    as_slurm = settings(
+        site_slurm_conf(layout, "sbx", ports, fence_devices=False, slurm_user="slurm")
+    )
+    assert as_slurm["slurmuser"] == "slurm" and as_slurm["slurmduser"] == "root"
+    assert settings(slurmdbd_conf(layout, ports, "pw", "slurm"))["slurmuser"] == "slurm"
     assert conf["proctracktype"] == "proctrack/linuxproc"
     assert conf["taskplugin"] == "task/none"
     assert conf["selecttype"] == "select/cons_tres"

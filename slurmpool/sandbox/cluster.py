@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import pwd
 import secrets
 import shlex
 import shutil
@@ -62,8 +63,16 @@ from slurmpool.slurm.version import InstalledSlurm
 
 MARIADB_USER = "slurm"
 ACCOUNT = "sandbox"
+SLURM_USER = "slurm"
 # Where sbatch, salloc and srun read the account a job is charged to.
 ACCOUNT_ENV = ("SBATCH_ACCOUNT", "SALLOC_ACCOUNT", "SLURM_ACCOUNT")
+
+
+@dataclass(frozen=True)
+class DaemonUser:
+    name: str
+    uid: int
+    gid: int
 
 
 class SandboxError(RuntimeError):
@@ -292,8 +301,6 @@ def namespace_argv(
 
 
 def _is_user(name: str) -> bool:
-    import pwd
-
     try:
         pwd.getpwnam(name)
     except KeyError:
@@ -331,7 +338,11 @@ def remove_node_cgroups(nodes: Sequence[str], cgroup_root: Path = CGROUP_ROOT) -
     return report
 
 
-def slurmdbd_conf(layout: Layout, ports: dict[str, int], password: str) -> str:
+def slurmdbd_conf(
+    layout: Layout, ports: dict[str, int], password: str, slurm_user: str = "root"
+) -> str:
+    """``slurm_user``: slurmctld's SlurmUser; slurmdbd runs as the same user, which it
+    takes for the one slurmctld that may add TRES to the database."""
     return "\n".join(
         [
             "AuthType=auth/munge",
@@ -340,7 +351,7 @@ def slurmdbd_conf(layout: Layout, ports: dict[str, int], password: str) -> str:
             "DbdHost=localhost",
             "DbdAddr=127.0.0.1",
             f"DbdPort={ports['slurmdbd']}",
-            "SlurmUser=root",
+            f"SlurmUser={slurm_user}",
             f"LogFile={layout.log('slurmdbd')}",
             f"PidFile={layout.run_dir}/slurmdbd.pid",
             "StorageType=accounting_storage/mysql",
@@ -589,7 +600,18 @@ class Sandbox:
             policy.paths.devices_root,
             fence_devices=host_fences_devices(),
             configless=configless,
+            slurm_user=self.slurm_user.name,
         )
+
+    @functools.cached_property
+    def slurm_user(self) -> DaemonUser:
+        """The user slurmctld and slurmdbd run as: ``slurm``, as at most sites (Debian's
+        Slurm packages create it); root on a machine without one."""
+        try:
+            pw = pwd.getpwnam(SLURM_USER)
+        except KeyError:
+            return DaemonUser("root", 0, 0)
+        return DaemonUser(pw.pw_name, pw.pw_uid, pw.pw_gid)
 
     def site_options(self) -> SiteOptions:
         """What install is told about the sandbox's own slurm.conf: where the host cannot
@@ -818,8 +840,13 @@ class Sandbox:
         for name, text in self.site_files(state, policy, options.configless).items():
             (etc / name).write_text(text)
         dbd_conf = etc / "slurmdbd.conf"
-        dbd_conf.write_text(slurmdbd_conf(L, state.ports, password))
+        dbd_conf.write_text(slurmdbd_conf(L, state.ports, password, self.slurm_user.name))
         os.chmod(dbd_conf, 0o600)
+        # What a site gives its SlurmUser: slurmdbd reads its conf only if the file is
+        # that user's, and both daemons write their logs and slurmctld its state.
+        for path in (dbd_conf, L.ctld_state, L.log("slurmdbd"), L.log("slurmctld")):
+            path.touch()
+            os.chown(path, self.slurm_user.uid, self.slurm_user.gid)
         prolog = L.site_dir / SITE_PROLOG_NAME
         prolog.write_text(site_prolog(L))
         os.chmod(prolog, 0o755)

@@ -70,6 +70,7 @@ def site_slurm_conf(
     *,
     fence_devices: bool,
     configless: bool = False,
+    slurm_user: str = "root",
 ) -> str:
     """The site's slurm.conf: everything but what slurmpool adds.
 
@@ -78,6 +79,8 @@ def site_slurm_conf(
     as on a production node.  ``groups``/``partitions``: the policy's, which the site
     defines as its own (slurmpool's install edits those lines rather than define them
     twice); each node's address and port are where the sandbox starts its slurmd.
+    ``slurm_user``: the user slurmctld runs as (the ``SlurmUser`` of most sites is
+    ``slurm``); slurmd runs as root, as everywhere.
     """
     sock = layout.munge_socket
     lines = [
@@ -92,8 +95,7 @@ def site_slurm_conf(
         "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
         # cred_expire=10: a requeued job runs again after ~20 s instead of ~2 min.
         f"AuthInfo=socket={sock},cred_expire=10",
-        # root, not slurm: slurmpool's EpilogSlurmctld writes its root-only state dir.
-        "SlurmUser=root",
+        f"SlurmUser={slurm_user}",
         "SlurmdUser=root",
         f"StateSaveLocation={layout.ctld_state}",
         f"SlurmdSpoolDir={layout.spool}/%n",
@@ -228,6 +230,7 @@ def site_files(
     *,
     fence_devices: bool,
     configless: bool = False,
+    slurm_user: str = "root",
 ) -> dict[str, str]:
     """The site's Slurm files by name, as they lie next to its slurm.conf before
     slurmpool is installed."""
@@ -240,6 +243,7 @@ def site_files(
             partitions,
             fence_devices=fence_devices,
             configless=configless,
+            slurm_user=slurm_user,
         ),
         "gres.conf": site_gres_conf(groups, devices_root),
         "cgroup.conf": site_cgroup_conf(fence_devices),

@@ -42,6 +42,10 @@ def test_the_sites_settings_are_in_force(cluster: Cluster) -> None:
     assert config["GresTypes"].split(",")[:2] == ["gpu", "shard"]
     assert "vgpu" in config["GresTypes"].split(",")
     assert config["JobSubmitPlugins"] == "lua"
+    # slurmctld runs as the site's SlurmUser (and reads job_submit.lua and the site's
+    # job_submit.site.lua as that user: test_the_sites_lua_still_rules...).
+    user = cluster.sandbox.slurm_user
+    assert config["SlurmUser"] == f"{user.name}({user.uid})"
     assert config["SchedulerParameters"].startswith("sched_min_interval=100000,")
     # cgroup.conf: the site's lines, and the one slurmpool needs where it fences.
     assert config["AllowedRAMSpace"] == f"{ALLOWED_RAM_SPACE}.0%"

@@ -127,6 +127,36 @@ def test_uuids_are_stable_per_gpu_and_distinct(node: Path, tmp_path: Path) -> No
     assert sim.nvmlDeviceGetUUID(sim.nvmlDeviceGetHandleByIndex(0)) == uuids[0]
 
 
+def _carve_1g(sim: SimNvml) -> tuple[str, str, Any]:
+    """(GPU UUID, UUID of a 1g instance carved on GPU 0, the instance) of ``sim``'s node."""
+    h = sim.nvmlDeviceGetHandleByIndex(0)
+    gi = create(sim, h, 0, 0, 1)
+    ci = sim.nvmlGpuInstanceCreateComputeInstance(gi, 0)
+    mig = sim.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)
+    return sim.nvmlDeviceGetUUID(h), sim.nvmlDeviceGetUUID(mig), (gi, ci)
+
+
+def test_uuids_are_unique_per_node_and_per_carve(tmp_path: Path) -> None:
+    """Real UUIDs are unique across a cluster: two nodes whose state lies at the same
+    path (as each sandbox node sees its own) differ by name, and so do the instances
+    carved on them; the same slot carved again on one node gets a new UUID."""
+    seen = []
+    for name in ("sbx1", "sbx2"):
+        create_node(
+            tmp_path / "s", tmp_path / "d", ["A100-SXM4-80GB:mig"], node_name=name, force=True
+        )
+        sim = SimNvml(tmp_path / "s")
+        sim.nvmlInit()
+        gpu, mig, (gi, ci) = _carve_1g(sim)
+        sim.nvmlComputeInstanceDestroy(ci)
+        sim.nvmlGpuInstanceDestroy(gi)
+        again = _carve_1g(sim)
+        assert again[0] == gpu and again[1] != mig
+        seen += [gpu, mig, again[1]]
+        sim.nvmlShutdown()
+    assert len(set(seen)) == len(seen)
+
+
 def test_bad_handles_and_indices(nv: Any) -> None:
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         nv.nvmlDeviceGetHandleByIndex(6)

@@ -164,9 +164,10 @@ def create_node(
     numa = numa_nodes if numa_nodes is not None else (2 if n > 1 else 1)
     now = time.time()
     uids = sorted({0, os.geteuid()} if admin_uids is None else set(admin_uids))
+    name = node_name or _hostname()
     state: State = {
         "schema": SCHEMA,
-        "node_name": node_name or _hostname(),
+        "node_name": name,
         "driver_version": driver_version,
         "cuda_version": DEFAULT_CUDA_VERSION,
         "device_root": str(dev_root),
@@ -177,7 +178,7 @@ def create_node(
         "next_serial": 1,
         "created": now,
         "gpus": [
-            _gpu_state(i, s, m, state_path, i * numa // n, cpus_per_numa, now)
+            _gpu_state(i, s, m, f"{name}:{state_path}", i * numa // n, cpus_per_numa, now)
             for i, (s, m) in enumerate(zip(specs, models, strict=True))
         ],
     }
@@ -192,7 +193,7 @@ def _gpu_state(
     index: int,
     spec: SimGpuSpec,
     model: GpuModel,
-    state_dir: Path,
+    where: str,
     numa_node: int,
     cpus_per_numa: int,
     now: float,
@@ -206,7 +207,9 @@ def _gpu_state(
         "pci_device_id": spec.pci_device_id
         if spec.pci_device_id is not None
         else (model.pci_device_ids[0] if model.pci_device_ids else 0),
-        "uuid": "GPU-" + _gpu_uuid(f"slurmpool-sim:{state_dir}:{index}"),
+        # Unique across a cluster, as real GPUs' are: the sandbox's nodes share the
+        # state dir's path (each sees its own at the same place), not their names.
+        "uuid": "GPU-" + _gpu_uuid(f"slurmpool-sim:{where}:{index}"),
         "serial": f"{1560000000000 + index:013d}",
         "minor": index,
         "bus": _BUSES[index] if index < len(_BUSES) else 0x10 + index,

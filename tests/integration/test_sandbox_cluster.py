@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from polling import poll
 
 from slurmpool.doctor import configured_node_gres
 from slurmpool.sandbox.cluster import (
@@ -188,13 +189,22 @@ def test_env_lines(cluster: Cluster) -> None:
 def test_each_node_runs_its_monitord(cluster: Cluster) -> None:
     """The sandbox starts monitord on every node, as the installed unit would, each in
     its node's view: it reports that node's three simulated GPUs under its name (the
-    accounting tests read each job's samples from its own node's monitord)."""
+    accounting tests read each job's samples from its own node's monitord).  The GPUs'
+    UUIDs are unique across the cluster, as real ones are."""
+    uuids = []
     for node in cluster.state.nodes:
         url = f"{cluster.sandbox.monitord_url(node)}/metrics"
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        lines = [ln for ln in text.splitlines() if ln.startswith("slurmpool_gpu_mig_enabled{")]
+
+        def gpu_lines(url: str = url) -> list[str]:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            return [ln for ln in text.splitlines() if ln.startswith("slurmpool_gpu_mig_enabled{")]
+
+        # Served from monitord's first sampling pass on.
+        lines = poll(f"{node}'s monitord to sample its GPUs", gpu_lines, 30)
         assert len(lines) == 3 and all(f'node="{node}"' in ln for ln in lines), lines
         assert sorted(ln.rsplit(" ", 1)[1] for ln in lines) == ["0.0", "1.0", "1.0"]
+        uuids += [ln.split('uuid="', 1)[1].split('"', 1)[0] for ln in lines]
+    assert len(set(uuids)) == len(uuids) == 3 * len(cluster.state.nodes), uuids
 
 
 def _sandbox_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

@@ -247,6 +247,23 @@ def test_mig_administration_needs_an_admin_uid(tmp_path: Path) -> None:
         sim.nvmlDeviceSetMigMode(h, 0)
 
 
+def test_compute_mode_is_roots_to_set(nv: Any, tmp_path: Path) -> None:
+    h = nv.nvmlDeviceGetHandleByIndex(1)
+    assert nv.nvmlDeviceGetComputeMode(h) == pynvml.NVML_COMPUTEMODE_DEFAULT
+    nv.nvmlDeviceSetComputeMode(h, pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
+    assert nv.nvmlDeviceGetComputeMode(h) == pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+    assert nv.nvmlDeviceGetComputeMode(nv.nvmlDeviceGetHandleByIndex(0)) == 0  # its own
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        nv.nvmlDeviceSetComputeMode(h, pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        nv.nvmlDeviceSetComputeMode(h, 7)
+    create_node(tmp_path / "s", tmp_path / "d", [("A100-SXM4-80GB", False)], admin_uids=[4242])
+    sim = SimNvml(tmp_path / "s")
+    sim.nvmlInit()
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        sim.nvmlDeviceSetComputeMode(sim.nvmlDeviceGetHandleByIndex(0), 3)
+
+
 # -- GPU instance profiles and placements ------------------------------------------
 
 

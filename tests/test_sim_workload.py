@@ -20,7 +20,13 @@ from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
 from slurmpool.sim.devices import cap_path
 from slurmpool.sim.node import create_node
-from slurmpool.sim.state import StateStore
+from slurmpool.sim.processes import (
+    COMPUTE_EXCLUSIVE_PROCESS,
+    COMPUTE_PROHIBITED,
+    attach_process,
+    detach_process,
+)
+from slurmpool.sim.state import SimDeviceBusy, StateStore
 from slurmpool.sim.workload import EXIT_NO_DEVICE, EXIT_OOM, EXIT_PERMISSION, visible_devices
 
 REPO = str(Path(slurmpool.__file__).resolve().parent.parent)
@@ -177,6 +183,93 @@ def test_memory_beyond_device_is_refused_like_cuda_oom(node: tuple[Path, NvmlBac
         timeout=30,
     )
     assert out.returncode == EXIT_OOM
+
+
+def _set_compute_mode(state_dir: Path, index: int, mode: int) -> None:
+    with StateStore(state_dir).transaction() as st:
+        st["gpus"][index]["compute_mode"] = mode
+
+
+def test_an_exclusive_process_gpu_refuses_a_second_context(
+    node: tuple[Path, NvmlBackend], tmp_path: Path
+) -> None:
+    """EXCLUSIVE_PROCESS: a second CUDA process on the GPU fails as CUDA's "busy or
+    unavailable" while the first holds it, and runs once it is gone."""
+    state_dir, b = node
+    _set_compute_mode(state_dir, 1, COMPUTE_EXCLUSIVE_PROCESS)
+    release = tmp_path / "release"
+    first = subprocess.Popen(
+        _workload("--mem-mib", "100", "--until-file", str(release)),
+        env=_env(state_dir, "1"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None and "running" in first.stdout.readline()
+        second = subprocess.run(
+            _workload("--mem-mib", "100", "--seconds", "0.1"),
+            env=_env(state_dir, "1"),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert second.returncode == EXIT_NO_DEVICE
+        assert "all CUDA-capable devices are busy or unavailable" in second.stderr
+        assert f"held by pid {first.pid}" in second.stderr
+        assert [p.pid for p in b.processes(1)] == [first.pid]
+    finally:
+        release.touch()
+        first.wait(timeout=30)
+    again = subprocess.run(
+        _workload("--mem-mib", "100", "--seconds", "0.1"),
+        env=_env(state_dir, "1"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert again.returncode == 0, again.stderr
+
+
+def test_contexts_under_each_compute_mode(node: tuple[Path, NvmlBackend], tmp_path: Path) -> None:
+    """MPS clients share the MPS server's one context, so EXCLUSIVE_PROCESS admits any
+    number of them and no process outside MPS beside them (nor them beside one);
+    PROHIBITED admits none; a MIG device counts its own contexts."""
+    state_dir, b = node
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    a, c, d = (p.pid for p in sleepers)
+    try:
+
+        def attach(pid: int, gpu: int = 1, gi: int | None = None, *, mps: bool) -> None:
+            ci = None if gi is None else 0
+            attach_process(state_dir, gpu, gi, ci, pid=pid, used_mib=10, util=1, mps=mps)
+
+        _set_compute_mode(state_dir, 1, COMPUTE_EXCLUSIVE_PROCESS)
+        attach(a, mps=True)
+        attach(c, mps=True)
+        with pytest.raises(SimDeviceBusy, match=f"held by pid {a} through MPS"):
+            attach(d, mps=False)
+        for pid in (a, c):
+            detach_process(state_dir, pid)
+        attach(d, mps=False)
+        with pytest.raises(SimDeviceBusy, match=f"held by pid {d}"):
+            attach(a, mps=True)
+        detach_process(state_dir, d)
+
+        _set_compute_mode(state_dir, 1, COMPUTE_PROHIBITED)
+        with pytest.raises(SimDeviceBusy, match="PROHIBITED"):
+            attach(a, mps=True)
+
+        one = b.create_instance(0, "1g.10gb", Placement(0, 1))
+        two = b.create_instance(0, "1g.10gb", Placement(1, 1))
+        _set_compute_mode(state_dir, 0, COMPUTE_EXCLUSIVE_PROCESS)
+        attach(a, 0, one.gi_id, mps=False)
+        attach(c, 0, two.gi_id, mps=False)
+        with pytest.raises(SimDeviceBusy):
+            attach(d, 0, one.gi_id, mps=False)
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.parametrize("cvd", ["", "9", "2", "MIG-nonexistent"], ids=str)

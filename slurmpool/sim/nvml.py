@@ -65,6 +65,7 @@ from contextlib import contextmanager  # pynvml imports it anyway
 from slurmpool.catalogue import ComputeInstanceProfile, PartialCatalogue
 from slurmpool.driver.pynvml_import import preload_pynvml
 from slurmpool.sim.faults import strike
+from slurmpool.sim.processes import COMPUTE_MODES
 from slurmpool.sim.state import (
     IMMEDIATE_MIG_MODE,
     SimError,
@@ -589,6 +590,22 @@ class SimNvml:
         if not gpu["mig_capable"]:
             raise _fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return [int(gpu["mig_current"]), int(gpu["mig_pending"])]
+
+    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
+        gpu = self._gpu(self._state(), handle, pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return int(gpu.get("compute_mode", pynvml.NVML_COMPUTEMODE_DEFAULT))
+
+    def nvmlDeviceSetComputeMode(self, handle: Any, mode: int) -> None:
+        """Root only, as nvml.h says; EXCLUSIVE_THREAD is no longer supported.  The mode
+        binds contexts created from now on (:func:`slurmpool.sim.processes.attach_process`)."""
+        st = self._state()
+        gpu = self._gpu(st, handle, pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if mode == pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD:
+            raise _fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if mode not in COMPUTE_MODES:
+            raise _fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        with self._admin() as st:
+            st["gpus"][gpu["index"]]["compute_mode"] = int(mode)
 
     def nvmlDeviceSetMigMode(self, handle: Any, mode: int) -> int:
         st = self._state()

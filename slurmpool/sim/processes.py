@@ -4,6 +4,13 @@ A test workload registers itself (pid, memory, utilisation) on the device it
 opened and removes itself on exit; if it is killed, the state store prunes
 it on the next read (see :mod:`slurmpool.sim.state`).  Memory is checked
 like a CUDA allocation: asking for more than the device has free fails.
+
+A registration is a CUDA context, and the GPU's compute mode (nvmlComputeMode_t)
+decides whether it may have one: ``DEFAULT`` any number, ``PROHIBITED`` none,
+``EXCLUSIVE_PROCESS`` one.  Under MPS the clients share the MPS server's one
+context, so there the clients of the GPU's daemon are one context together and a
+process outside MPS is a second (NVIDIA's MPS guide recommends EXCLUSIVE_PROCESS
+with MPS for that reason: only the MPS server then reaches the GPU).
 """
 
 from __future__ import annotations
@@ -11,7 +18,21 @@ from __future__ import annotations
 import os
 import time
 
-from slurmpool.sim.state import SimError, SimOutOfMemory, StateStore, fold, process_start_time
+from slurmpool.sim.state import (
+    SimDeviceBusy,
+    SimError,
+    SimOutOfMemory,
+    StateStore,
+    fold,
+    process_start_time,
+)
+
+# nvmlComputeMode_t (1, EXCLUSIVE_THREAD, is no longer supported by the driver).
+COMPUTE_DEFAULT = 0
+COMPUTE_PROHIBITED = 2
+COMPUTE_EXCLUSIVE_PROCESS = 3
+COMPUTE_MODES = (COMPUTE_DEFAULT, COMPUTE_PROHIBITED, COMPUTE_EXCLUSIVE_PROCESS)
+BUSY = "all CUDA-capable devices are busy or unavailable"
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,11 +73,14 @@ def attach_process(
     used_mib: int,
     util: int,
     name: str = "",
+    mps: bool = False,
 ) -> None:
     """Register ``pid`` on a GPU (``gi_id=None``) or a MIG device, or raise.
 
-    Raises :class:`SimOutOfMemory` when ``used_mib`` does not fit in the
-    device's free memory, :class:`SimError` when the device does not exist.
+    ``mps``: the process is a client of the GPU's MPS daemon (it shares the MPS
+    server's context).  Raises :class:`SimOutOfMemory` when ``used_mib`` does not
+    fit in the device's free memory, :class:`SimDeviceBusy` when the GPU's compute
+    mode refuses the context, :class:`SimError` when the device does not exist.
     """
     if used_mib < 0 or not 0 <= util <= 100:
         raise SimError(f"bad process: memory {used_mib} MiB, utilisation {util}% (0..100)")
@@ -64,6 +88,7 @@ def attach_process(
     with StateStore(state_dir).transaction() as st:
         gpu = _device(st, gpu_index, gi_id, ci_id)
         gpu["processes"] = [p for p in gpu["processes"] if p["pid"] != pid]
+        _check_compute_mode(gpu, gi_id, ci_id, mps)
         total, used = device_memory(st, gpu_index, gi_id)
         if used + used_mib > total:
             raise SimOutOfMemory(
@@ -80,7 +105,31 @@ def attach_process(
                 "used_mib": used_mib,
                 "util": util,
                 "name": name,
+                **({"mps": True} if mps else {}),
             }
+        )
+
+
+def _check_compute_mode(gpu: State, gi_id: int | None, ci_id: int | None, mps: bool) -> None:
+    """Raise :class:`SimDeviceBusy` where the GPU's compute mode refuses the context.
+
+    The simulator counts contexts per CUDA device (the GPU, or one MIG device); how
+    the real driver applies a compute mode to MIG devices is not measured here."""
+    mode = gpu.get("compute_mode", COMPUTE_DEFAULT)
+    if mode == COMPUTE_PROHIBITED:
+        raise SimDeviceBusy(f"{BUSY} (GPU {gpu['index']}: compute mode PROHIBITED)")
+    if mode != COMPUTE_EXCLUSIVE_PROCESS:
+        return
+    # The contexts on the device now: one per process outside MPS, one for all MPS clients.
+    holders = [
+        p
+        for p in gpu["processes"]
+        if (p.get("gi"), p.get("ci")) == (gi_id, ci_id) and not (mps and p.get("mps"))
+    ]
+    if holders:
+        raise SimDeviceBusy(
+            f"{BUSY} (GPU {gpu['index']}: compute mode EXCLUSIVE_PROCESS, "
+            f"held by pid {holders[0]['pid']}" + (" through MPS)" if holders[0].get("mps") else ")")
         )
 
 

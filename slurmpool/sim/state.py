@@ -57,6 +57,11 @@ class SimOutOfMemory(SimError):
     """A process asked for more device memory than is free (CUDA would fail to allocate)."""
 
 
+class SimDeviceBusy(SimError):
+    """The GPU's compute mode refuses another context (CUDA's "all CUDA-capable devices
+    are busy or unavailable")."""
+
+
 # -- process liveness ----------------------------------------------------------
 
 

@@ -23,7 +23,10 @@ It behaves like a small CUDA program as far as slurmpool can tell:
   client opens ``/dev/nvidiaN`` itself is not established here: the
   simulator checks the client's access to the served GPU as without MPS;
 - it registers itself (pid, memory, utilisation) on the device for its
-  lifetime, refusing memory beyond what is free (like a CUDA OOM), and
+  lifetime, refusing memory beyond what is free (like a CUDA OOM) and a
+  context the GPU's compute mode refuses (EXCLUSIVE_PROCESS held by another
+  process, outside MPS or not, or PROHIBITED: exit 1, as CUDA's "all
+  CUDA-capable devices are busy or unavailable"; :mod:`slurmpool.sim.processes`), and
   deregisters on exit, SIGTERM and SIGINT; if SIGKILLed, the simulator
   prunes the dead PID on the next read.
 
@@ -56,6 +59,7 @@ from slurmpool.sim.mps import ClientLimits, MpsError, connect_client, disconnect
 from slurmpool.sim.processes import attach_process, detach_process
 from slurmpool.sim.state import (
     ENV_STATE_DIR,
+    SimDeviceBusy,
     SimError,
     SimOutOfMemory,
     State,
@@ -294,10 +298,14 @@ def _on_device(
             pid=pid,
             used_mib=mem_mib,
             util=util,
+            mps=mps is not None,
         )
     except SimOutOfMemory as e:
         print(f"error: CUDA {e}", file=sys.stderr)
         return EXIT_OOM
+    except SimDeviceBusy as e:
+        print(f"error: CUDA {e}", file=sys.stderr)
+        return EXIT_NO_DEVICE
     except SimError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_NO_DEVICE

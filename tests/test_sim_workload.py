@@ -197,6 +197,16 @@ def test_an_exclusive_process_gpu_refuses_a_second_context(
     unavailable" while the first holds it, and runs once it is gone."""
     state_dir, b = node
     _set_compute_mode(state_dir, 1, COMPUTE_EXCLUSIVE_PROCESS)
+
+    def run_briefly() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            _workload("--mem-mib", "100", "--seconds", "0.1"),
+            env=_env(state_dir, "1"),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
     release = tmp_path / "release"
     first = subprocess.Popen(
         _workload("--mem-mib", "100", "--until-file", str(release)),
@@ -206,13 +216,7 @@ def test_an_exclusive_process_gpu_refuses_a_second_context(
     )
     try:
         assert first.stdout is not None and "running" in first.stdout.readline()
-        second = subprocess.run(
-            _workload("--mem-mib", "100", "--seconds", "0.1"),
-            env=_env(state_dir, "1"),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        second = run_briefly()
         assert second.returncode == EXIT_NO_DEVICE
         assert "all CUDA-capable devices are busy or unavailable" in second.stderr
         assert f"held by pid {first.pid}" in second.stderr
@@ -220,13 +224,7 @@ def test_an_exclusive_process_gpu_refuses_a_second_context(
     finally:
         release.touch()
         first.wait(timeout=30)
-    again = subprocess.run(
-        _workload("--mem-mib", "100", "--seconds", "0.1"),
-        env=_env(state_dir, "1"),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    again = run_briefly()
     assert again.returncode == 0, again.stderr
 
 

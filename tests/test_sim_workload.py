@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -299,17 +300,36 @@ def test_unreadable_gpu_node_is_refused_for_this_user(node: tuple[Path, NvmlBack
 # -- permissions, as an unprivileged user -----------------------------------------------
 
 
-@pytest.fixture
-def shared_node() -> Iterator[tuple[Path, NvmlBackend, str]]:
+@contextlib.contextmanager
+def _shared(modify_device_files: bool) -> Iterator[tuple[Path, NvmlBackend, str]]:
     py, _path = needs.python_for_jobs()  # _env() puts the source on PYTHONPATH
     top = Path(tempfile.mkdtemp(prefix="slurmpool-sim-"))
     try:
         top.chmod(0o755)  # pytest's tmp_path is private to root
-        create_node(top / "state", top / "dev", [("A100-SXM4-80GB", True), ("T4-16GB", False)])
+        create_node(
+            top / "state",
+            top / "dev",
+            [("A100-SXM4-80GB", True), ("T4-16GB", False)],
+            modify_device_files=modify_device_files,
+        )
         with open_backend(f"sim:{top / 'state'}") as b:
             yield top / "state", b, py
     finally:
         shutil.rmtree(top)
+
+
+@pytest.fixture
+def shared_node() -> Iterator[tuple[Path, NvmlBackend, str]]:
+    """A node whose driver leaves device nodes alone (NVreg_ModifyDeviceFiles=0)."""
+    with _shared(modify_device_files=False) as node:
+        yield node
+
+
+@pytest.fixture
+def default_driver_node() -> Iterator[tuple[Path, NvmlBackend, str]]:
+    """A node whose driver has its default NVreg_ModifyDeviceFiles=1."""
+    with _shared(modify_device_files=True) as node:
+        yield node
 
 
 def _as_nobody(py: str, state: Path, cvd: str) -> subprocess.CompletedProcess[str]:
@@ -363,6 +383,25 @@ def test_mig_capabilities_decide_who_may_use_an_instance(
     out = _as_nobody(py, state, inst.uuid)
     assert out.returncode == 0, out.stderr
     assert b.processes(0) == []  # deregistered on exit
+
+
+def test_the_drivers_default_lets_any_user_reset_a_capability_node(
+    default_driver_node: tuple[Path, NvmlBackend, str],
+) -> None:
+    """With NVreg_ModifyDeviceFiles=1 libcuda runs the setuid nvidia-modprobe -f,
+    which makes the capability node root's at the advertised 0444: the node's
+    owner and mode keep no one out, only a device cgroup could."""
+    state, b, py = default_driver_node
+    inst = b.create_instance(0, "3g.40gb", Placement(4, 4))
+    assert inst.uuid is not None and inst.gi_minor is not None and inst.ci_minor is not None
+    dev = Path(StateStore(state).read()["device_root"])
+    for minor in (inst.gi_minor, inst.ci_minor):
+        st = cap_path(dev, minor).stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (0, 0o400)  # root's alone
+
+    out = _as_nobody(py, state, inst.uuid)
+    assert out.returncode == 0, out.stderr
+    assert b.processes(0) == []
 
 
 def test_an_open_the_cgroup_lets_through_is_not_a_denial(tmp_path: Path) -> None:

@@ -45,6 +45,13 @@ def sim() -> None:
     help="Where driver/nvidia-caps/mig-minors goes (default: STATE/proc).",
 )
 @click.option("--node-name", help="Node name recorded in the state (default: the hostname).")
+@click.option(
+    "--modify-device-files",
+    type=click.Choice(["0", "1"]),
+    default="1",
+    show_default=True,
+    help="The driver's NVreg_ModifyDeviceFiles: 1 lets nvidia-modprobe -f reset capability nodes.",
+)
 @click.option("--force", is_flag=True, help="Replace an existing simulated node.")
 def init(
     state_dir: str,
@@ -52,6 +59,7 @@ def init(
     gpus: tuple[str, ...],
     proc_root: str | None,
     node_name: str | None,
+    modify_device_files: str,
     force: bool,
 ) -> None:
     """Create a simulated node.
@@ -62,7 +70,13 @@ def init(
     try:
         specs = [SimGpuSpec.parse(g) for g in gpus]
         node = create_node(
-            state_dir, device_root, specs, force=force, proc_root=proc_root, node_name=node_name
+            state_dir,
+            device_root,
+            specs,
+            force=force,
+            proc_root=proc_root,
+            node_name=node_name,
+            modify_device_files=modify_device_files == "1",
         )
     except (SimError, CatalogueError) as e:
         usage_error(str(e))
@@ -116,3 +130,32 @@ def reset(state_dir: str, index: int | None) -> None:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(EXIT_FAIL) from None
     click.echo(f"reset GPU(s) {', '.join(map(str, done))}")
+
+
+@sim.command()
+@state_option
+@click.option(
+    "-f",
+    "access_file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="A capability's access file (PROC/driver/nvidia/capabilities/.../access).",
+)
+def modprobe(state_dir: str, access_file: str) -> None:
+    """Do what ``nvidia-modprobe -f ACCESS_FILE`` does on a real node: make the
+    capability's device node root's, in the mode its access file advertises,
+    where the driver may modify device files.
+
+    Example: ``slurmpool sim modprobe --state /tmp/n1 -f
+    /tmp/n1/proc/driver/nvidia/capabilities/gpu0/mig/gi1/access``
+    """
+    from slurmpool.sim.capabilities import reset_node
+    from slurmpool.sim.state import StateStore
+
+    try:
+        device_root = StateStore(state_dir).read()["device_root"]
+        outcome = reset_node(access_file, device_root)
+    except (SimError, OSError, ValueError) as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(EXIT_FAIL) from None
+    click.echo(outcome)

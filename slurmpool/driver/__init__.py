@@ -3,5 +3,7 @@
 it and never each other's internals:
 
 - :mod:`.pynvml_import`: importing pynvml cheaply;
-- :mod:`.mig_minors`: the ``mig-minors`` table of MIG capability minors.
+- :mod:`.mig_minors`: the ``mig-minors`` table of MIG capability minors;
+- :mod:`.procfs`: ``/proc/driver/nvidia``: the module parameters and the
+  capabilities' access files.
 """

@@ -43,6 +43,9 @@ def main(argv: Sequence[str]) -> int:
         proc_root=proc_root_for(args.mig_minors),
         node_name=args.node,
         force=True,
+        # Capability nodes keep the owner and mode the prolog gives them only where
+        # the driver may not reset them (NVreg_ModifyDeviceFiles=0).
+        modify_device_files=False,
     )
     return 0
 

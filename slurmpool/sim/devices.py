@@ -14,8 +14,9 @@ regular files otherwise.  ``/dev/nvidiaN`` and ``nvidiactl`` use major 195
 and mode 0666 like the driver.  The capability major is dynamic on real
 systems; the simulator uses 511.  Capability nodes default to mode 0400,
 owner root: the restrictive setting that MIG isolation relies on (with
-``NVreg_ModifyDeviceFiles=1`` the driver owns these modes; the MIG user
-guide shows ``config`` as ``cr--------``).  ``monitor`` (cap 2) is 0444 as
+``NVreg_ModifyDeviceFiles=1`` the driver owns these modes and any user can
+have them reset: :mod:`slurmpool.sim.capabilities`; the MIG user guide shows
+``config`` as ``cr--------``).  ``monitor`` (cap 2) is 0444 as
 on real systems.  slurmpool hands a job its instance by chowning the GI
 and CI nodes to the job's user.
 """
@@ -37,6 +38,8 @@ MAX_CI_ID = 7
 GPU_NODE_MODE = 0o666
 CAP_MODE = 0o400
 MONITOR_MODE = 0o444
+# Where the simulator keeps the nodes nvidia-modprobe would make (sim.capabilities).
+RESET_DIR = ".nvidia-modprobe"
 
 
 def gi_minor(gpu_minor: int, gi_id: int) -> int:
@@ -110,8 +113,7 @@ def make_device_nodes(device_root: Path, gpu_minors: list[int], cap_mode: int = 
 
 def remove_device_nodes(device_root: Path) -> None:
     """Remove the nodes a previous ``make_device_nodes`` created (for ``--force``)."""
-    caps = device_root / "nvidia-caps"
-    if caps.is_dir():
+    for caps in (device_root / "nvidia-caps", device_root / RESET_DIR):
         for p in caps.glob("nvidia-cap*"):
             p.unlink()
     for p in device_root.glob("nvidia*"):

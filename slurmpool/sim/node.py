@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpool.catalogue import GpuModel, default_catalogue, load_catalogue
-from slurmpool.sim import devices
+from slurmpool.sim import capabilities, devices
 from slurmpool.sim.state import IMMEDIATE_MIG_MODE as IMMEDIATE_MIG_MODE
 from slurmpool.sim.state import SCHEMA, SimError, State, StateStore, fold, new_acc
 
@@ -124,6 +124,7 @@ def create_node(
     catalogue_dir: str | os.PathLike[str] | None = None,
     admin_uids: Sequence[int] | None = None,
     cap_mode: int = devices.CAP_MODE,
+    modify_device_files: bool = True,
 ) -> SimNode:
     """Build a simulated node.
 
@@ -133,7 +134,11 @@ def create_node(
     ``<state_dir>/proc``).  MIG administration (mode changes, creating and
     destroying instances) is allowed to ``admin_uids``: root and the calling
     user by default; other users get ``NVMLError_NoPermission`` as on a real
-    node.  An existing node is only replaced with ``force=True``.
+    node.  ``modify_device_files`` is the driver's ``NVreg_ModifyDeviceFiles``
+    (1 by default, as in the driver): whether ``nvidia-modprobe -f`` resets
+    capability nodes to the mode the driver advertises (see
+    :mod:`slurmpool.sim.capabilities`).  An existing node is only replaced with
+    ``force=True``.
     """
     if not gpus:
         raise SimError("a simulated node needs at least one GPU")
@@ -158,7 +163,9 @@ def create_node(
     if force:
         devices.remove_device_nodes(dev_root)
     kind = devices.make_device_nodes(dev_root, list(range(len(specs))), cap_mode)
+    capabilities.make_reset_nodes(dev_root, list(range(len(specs))))
     devices.write_mig_minors(minors_path)
+    capabilities.write_params(str(proc), modify_device_files)
 
     n = len(specs)
     numa = numa_nodes if numa_nodes is not None else (2 if n > 1 else 1)
@@ -172,6 +179,8 @@ def create_node(
         "cuda_version": DEFAULT_CUDA_VERSION,
         "device_root": str(dev_root),
         "mig_minors_path": str(minors_path),
+        "proc_root": str(proc),
+        "modify_device_files": modify_device_files,
         "catalogue_dir": str(Path(catalogue_dir).absolute()) if catalogue_dir else None,
         "admin_uids": uids,
         "device_nodes": kind,
@@ -183,6 +192,7 @@ def create_node(
         ],
     }
     store.write(state)
+    capabilities.sync_access_files(state)
     lock = Path(store.lock_path)
     lock.touch()
     os.chmod(lock, 0o666)
@@ -258,6 +268,7 @@ def reset_gpu(state_dir: str | os.PathLike[str], index: int | None = None) -> li
             g["gis"] = []
             g["mig_current"] = g["mig_pending"]
             done.append(g["index"])
+        capabilities.sync_access_files(st)
     return done
 
 

@@ -64,6 +64,7 @@ from contextlib import contextmanager  # pynvml imports it anyway
 
 from slurmpool.catalogue import ComputeInstanceProfile, PartialCatalogue
 from slurmpool.driver.pynvml_import import preload_pynvml
+from slurmpool.sim import capabilities
 from slurmpool.sim.faults import strike
 from slurmpool.sim.processes import COMPUTE_MODES
 from slurmpool.sim.state import (
@@ -273,6 +274,8 @@ class SimNvml:
             raise _fail(pynvml.NVML_ERROR_NO_PERMISSION)
         with self._store.transaction() as fresh:
             yield fresh
+            # The driver's capability access files follow its instances.
+            capabilities.sync_access_files(fresh)
 
     def _models(self) -> Catalogue:
         if self._catalogue is None:

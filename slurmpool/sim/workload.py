@@ -13,7 +13,10 @@ It behaves like a small CUDA program as far as slurmpool can tell:
   user cannot read, or whose node the process's device cgroup (Slurm's
   ConstrainDevices) denies: it opens each node, and EACCES is the permission
   bits' refusal, EPERM the cgroup's, while ENXIO (no driver behind a mknod'd
-  node) means both let it through;
+  node) means both let it through.  Where the driver may modify device files
+  (``DeviceFileModify: 1`` in the capability's access file), it first has the
+  node reset as libcuda has ``nvidia-modprobe -f`` do, so the node's owner
+  and mode no longer decide (:mod:`slurmpool.sim.capabilities`);
 - where an MPS control daemon listens (``CUDA_MPS_PIPE_DIRECTORY``, see
   :mod:`slurmpool.sim.mps`) it is an MPS client: it runs on the daemon's GPU,
   waits while another user's MPS server has clients, uses no more than its
@@ -54,6 +57,8 @@ from pathlib import Path
 from types import FrameType
 
 from slurmpool.driver.mig_minors import parse_mig_minors
+from slurmpool.driver.procfs import access_path
+from slurmpool.sim.capabilities import node_as_opened, proc_root
 from slurmpool.sim.devices import cap_path, gpu_path
 from slurmpool.sim.mps import ClientLimits, MpsError, connect_client, disconnect_client
 from slurmpool.sim.processes import attach_process, detach_process
@@ -181,14 +186,15 @@ def access_problem(device: VisibleDevice, state: State) -> str | None:
             return f"operation not permitted: the job's device cgroup does not allow {node}"
         if why is not None:
             return f"permission denied: cannot open {node} (needs read and write access)"
-    if device.is_mig:
+    gi_id = device.gi_id
+    if device.is_mig and gi_id is not None:
         try:
             minors = parse_mig_minors(Path(state["mig_minors_path"]).read_text())
         except OSError as e:
             return f"cannot read the MIG capability table {state['mig_minors_path']}: {e}"
         for key in (
-            (device.gpu_minor, device.gi_id, None),
-            (device.gpu_minor, device.gi_id, device.ci_id),
+            (device.gpu_minor, gi_id, None),
+            (device.gpu_minor, gi_id, device.ci_id),
         ):
             minor = minors.get(key)
             if minor is None:
@@ -196,7 +202,9 @@ def access_problem(device: VisibleDevice, state: State) -> str | None:
                 return f"no capability minor for {name} in {state['mig_minors_path']}"
             node = cap_path(root, minor)
             what = "GPU instance" if key[2] is None else "compute instance"
-            why = open_refusal(node, os.O_RDONLY)
+            # libcuda has nvidia-modprobe reset the node first where the driver may.
+            access = access_path(proc_root(state), device.gpu_minor, gi_id, key[2])
+            why = open_refusal(node_as_opened(access, root, minor), os.O_RDONLY)
             if why == "cgroup":
                 return (
                     f"operation not permitted: the job's device cgroup does not allow {node} "

@@ -80,7 +80,7 @@ def test_access_files_follow_the_instances(node: tuple[Path, NvmlBackend]) -> No
 
     assert b.destroy_instance(0, inst.gi_id)
     assert _files(proc) == {"mig/config", "mig/monitor"}
-    assert not Path(capabilities_dir(str(proc)), "gpu0").exists()
+    assert list(Path(capabilities_dir(str(proc)), "gpu0", "mig").iterdir()) == []
 
     b.create_instance(0, "1g.10gb", Placement(0, 1))
     assert len(_files(proc)) == 4

@@ -17,6 +17,7 @@ import pytest
 from polling import poll
 
 import slurmpool
+from slurmpool.driver.compute import COMPUTE_EXCLUSIVE_PROCESS
 from slurmpool.gpu.select import open_backend
 from slurmpool.sim.mps import MpsError, client_limits, parse_mib
 from slurmpool.sim.node import create_node
@@ -213,3 +214,73 @@ def test_another_users_client_waits_for_the_servers_clients(mps_node: MpsNode) -
         if second is not None and second.poll() is None:
             second.kill()
             second.wait()
+
+
+def _exclusive(node: MpsNode, index: int = 1) -> None:
+    with open_backend(f"sim:{node.top / 'state'}") as b:
+        b.set_compute_mode(index, COMPUTE_EXCLUSIVE_PROCESS)
+
+
+def _held(node: MpsNode, release: Path, **env: str) -> subprocess.Popen[str]:
+    """A workload on GPU 1 that runs until ``release`` exists; returns once it runs."""
+    proc = subprocess.Popen(
+        node.workload("--until-file", str(release)),
+        env=node.env(CUDA_VISIBLE_DEVICES=node.gpus[1], **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "running:" in line or "mps:" in line, proc.stderr.read() if proc.stderr else line
+    return proc
+
+
+def test_the_mps_server_holds_the_exclusive_context(mps_node: MpsNode) -> None:
+    """On an EXCLUSIVE_PROCESS GPU the server is the one context: its clients share it, a
+    process that steers around the daemon is refused, and stays refused once the
+    clients have gone, for the server stays."""
+    node = mps_node
+    _exclusive(node)
+    release = node.top / "release"
+    outside = {"CUDA_MPS_PIPE_DIRECTORY": str(node.top / "elsewhere")}
+    outside["CUDA_VISIBLE_DEVICES"] = node.gpus[1]
+    client = _held(node, release)
+    try:
+        [server] = node.control("get_server_list").stdout.split()
+        with open_backend(f"sim:{node.top / 'state'}") as b:
+            pids = {p.pid for p in b.processes(1)}
+        assert int(server) in pids and client.pid in pids
+        second = node.run("--seconds", "0.1")  # another client of the same server
+        assert second.returncode == 0, second.stderr
+        around = node.run("--seconds", "0.1", **outside)
+        assert around.returncode == EXIT_NO_DEVICE
+        held = f"(GPU 1: compute mode EXCLUSIVE_PROCESS, held by MPS server {server})"
+        assert f"busy or unavailable {held}" in around.stderr
+    finally:
+        release.touch()
+        client.wait(60)
+    later = node.run("--seconds", "0.1", **outside)
+    assert later.returncode == EXIT_NO_DEVICE and f"MPS server {server}" in later.stderr
+
+
+def test_a_context_outside_mps_keeps_the_server_out(mps_node: MpsNode) -> None:
+    """A process that took the exclusive context before any server: no server starts, so
+    every client fails (what the prolog must never let happen to share holders)."""
+    node = mps_node
+    _exclusive(node)
+    release = node.top / "release"
+    squatter = _held(node, release, CUDA_MPS_PIPE_DIRECTORY=str(node.top / "elsewhere"))
+    try:
+        out = node.run("--seconds", "0.1")
+        assert out.returncode == EXIT_NO_DEVICE
+        assert "could not create its context" in out.stderr and f"pid {squatter.pid}" in out.stderr
+        refused = node.control("start_server -uid 0")
+        assert refused.returncode == 1 and "busy or unavailable" in refused.stderr
+        assert node.control("get_server_list").stdout.strip() == ""
+        assert "failed to start" in node.log
+    finally:
+        release.touch()
+        squatter.wait(60)
+    assert node.run("--seconds", "0.1").returncode == 0  # the GPU is free: the server starts

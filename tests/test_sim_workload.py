@@ -16,14 +16,13 @@ import needs
 import pytest
 
 import slurmpool
+from slurmpool.driver.compute import COMPUTE_EXCLUSIVE_PROCESS, COMPUTE_PROHIBITED
 from slurmpool.gpu.nvml import NvmlBackend
 from slurmpool.gpu.select import open_backend
 from slurmpool.placement import Placement
 from slurmpool.sim.devices import cap_path
 from slurmpool.sim.node import create_node
 from slurmpool.sim.processes import (
-    COMPUTE_EXCLUSIVE_PROCESS,
-    COMPUTE_PROHIBITED,
     attach_process,
     detach_process,
 )
@@ -230,41 +229,45 @@ def test_an_exclusive_process_gpu_refuses_a_second_context(
 
 
 def test_contexts_under_each_compute_mode(node: tuple[Path, NvmlBackend], tmp_path: Path) -> None:
-    """MPS clients share the MPS server's one context, so EXCLUSIVE_PROCESS admits any
-    number of them and no process outside MPS beside them (nor them beside one);
-    PROHIBITED admits none; a MIG device counts its own contexts."""
+    """The clients of an MPS server share its one context, so EXCLUSIVE_PROCESS admits
+    any number of them and no process outside MPS beside them (nor them beside one),
+    nor a second server's clients; PROHIBITED admits none; a MIG device counts its
+    own contexts."""
     state_dir, b = node
-    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
-    a, c, d = (p.pid for p in sleepers)
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
+    server, a, c, d = (p.pid for p in sleepers)
     try:
 
-        def attach(pid: int, gpu: int = 1, gi: int | None = None, *, mps: bool) -> None:
+        def attach(pid: int, gpu: int = 1, gi: int | None = None, *, ctx: int | None) -> None:
             ci = None if gi is None else 0
-            attach_process(state_dir, gpu, gi, ci, pid=pid, used_mib=10, util=1, mps=mps)
+            attach_process(state_dir, gpu, gi, ci, pid=pid, used_mib=10, util=1, context=ctx)
 
         _set_compute_mode(state_dir, 1, COMPUTE_EXCLUSIVE_PROCESS)
-        attach(a, mps=True)
-        attach(c, mps=True)
-        with pytest.raises(SimDeviceBusy, match=f"held by pid {a} through MPS"):
-            attach(d, mps=False)
-        for pid in (a, c):
+        attach(server, ctx=server)
+        attach(a, ctx=server)
+        attach(c, ctx=server)
+        with pytest.raises(SimDeviceBusy, match=f"held by MPS server {server}"):
+            attach(d, ctx=None)
+        with pytest.raises(SimDeviceBusy, match=f"held by MPS server {server}"):
+            attach(d, ctx=d)  # a second MPS server (a job's own daemon) is refused too
+        for pid in (server, a, c):
             detach_process(state_dir, pid)
-        attach(d, mps=False)
+        attach(d, ctx=None)
         with pytest.raises(SimDeviceBusy, match=f"held by pid {d}"):
-            attach(a, mps=True)
+            attach(server, ctx=server)  # a context outside MPS keeps the server out
         detach_process(state_dir, d)
 
         _set_compute_mode(state_dir, 1, COMPUTE_PROHIBITED)
         with pytest.raises(SimDeviceBusy, match="PROHIBITED"):
-            attach(a, mps=True)
+            attach(server, ctx=server)
 
         one = b.create_instance(0, "1g.10gb", Placement(0, 1))
         two = b.create_instance(0, "1g.10gb", Placement(1, 1))
         _set_compute_mode(state_dir, 0, COMPUTE_EXCLUSIVE_PROCESS)
-        attach(a, 0, one.gi_id, mps=False)
-        attach(c, 0, two.gi_id, mps=False)
+        attach(a, 0, one.gi_id, ctx=None)
+        attach(c, 0, two.gi_id, ctx=None)
         with pytest.raises(SimDeviceBusy):
-            attach(d, 0, one.gi_id, mps=False)
+            attach(d, 0, one.gi_id, ctx=None)
     finally:
         for p in sleepers:
             p.kill()

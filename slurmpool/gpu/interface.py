@@ -57,6 +57,14 @@ class GpuBackend(Protocol):
         """Set the MIG mode; True if it applied now, False if it waits for a GPU reset."""
         ...
 
+    def compute_mode(self, gpu_index: int) -> int:
+        """The GPU's compute mode (NVML's value, :mod:`slurmpool.driver.compute`)."""
+        ...
+
+    def set_compute_mode(self, gpu_index: int, mode: int) -> None:
+        """Set the compute mode (root's); it binds the contexts created afterwards."""
+        ...
+
     def processes(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessInfo]:
         """Compute processes on a GPU, or on one of its GPU instances."""
         ...

@@ -26,6 +26,7 @@ import ctypes
 import os
 
 from slurmpool.catalogue import CatalogueError, default_catalogue
+from slurmpool.driver.compute import compute_mode_name
 from slurmpool.driver.mig_minors import MIG_MINORS_PATH
 from slurmpool.gpu.backend import (
     BackendUnavailable,
@@ -307,6 +308,14 @@ class NvmlBackend:
         self._gi_profiles.pop(gpu_index, None)
         current, _pending = self._call(what, nv.nvmlDeviceGetMigMode, h)
         return bool(current) == enabled
+
+    def compute_mode(self, gpu_index: int) -> int:
+        what = f"the compute mode of GPU {gpu_index}"
+        return int(self._call(what, self._nv.nvmlDeviceGetComputeMode, self._handle(gpu_index)))
+
+    def set_compute_mode(self, gpu_index: int, mode: int) -> None:
+        what = f"setting compute mode {compute_mode_name(mode)} on GPU {gpu_index}"
+        self._call(what, self._nv.nvmlDeviceSetComputeMode, self._handle(gpu_index), int(mode))
 
     # -- processes ---------------------------------------------------------------
 

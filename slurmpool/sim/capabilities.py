@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from pathlib import Path
 
 from slurmpool.driver.procfs import (
     CapabilityAccess,
@@ -42,6 +41,8 @@ from slurmpool.sim import devices
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from slurmpool.sim.state import State
 
 # The modes the driver advertises, in its access files (MIG user guide).
@@ -71,6 +72,8 @@ def params_text(modify: bool) -> str:
 
 
 def write_params(proc: str, modify: bool) -> None:
+    from pathlib import Path
+
     path = Path(params_path(proc))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(params_text(modify))
@@ -109,27 +112,56 @@ def sync_access_files(st: State) -> None:
     """Make the capability access files those of the instances in ``st``."""
     want = wanted_access(st)
     base = capabilities_dir(proc_root(st))
-    for top, _dirs, files in os.walk(base, topdown=False):
-        for name in files:
-            path = os.path.join(top, name)
-            if path not in want:
-                os.unlink(path)
-        if top != base and not os.listdir(top):
-            os.rmdir(top)
-    for path, access in want.items():
-        text = access_text(access)
+    have = {
+        os.path.join(top, name)
+        for top, _dirs, files in os.walk(base)
+        for name in files
+        if not name.startswith(".")
+    }
+    _apply(have - want.keys(), want)
+
+
+def update_access_files(before: dict[str, CapabilityAccess], st: State) -> None:
+    """After a change from the instances that gave ``before`` (:func:`wanted_access`):
+    write the access files that are new, remove those that went."""
+    want = wanted_access(st)
+    if want == before:
+        return
+    _apply(before.keys() - want.keys(), want, before)
+
+
+def _apply(
+    gone: set[str],
+    want: dict[str, CapabilityAccess],
+    before: dict[str, CapabilityAccess] | None = None,
+) -> None:
+    for path in sorted(gone, key=len, reverse=True):  # a CI's before its GI's
         with contextlib.suppress(FileNotFoundError):
-            if Path(path).read_text() == text:
-                continue
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        Path(tmp).write_text(text)
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, path)
+            os.unlink(path)
+        top = os.path.dirname(path)
+        # The instance's own directory (gi<i> or ci<c>); gpu<g>/mig stays.
+        if os.path.basename(top).startswith(("gi", "ci")):
+            with contextlib.suppress(OSError):  # a GI's that still holds a CI's
+                os.rmdir(top)
+    for path, access in want.items():
+        if before is not None and before.get(path) == access:
+            continue
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o444)
+        except FileNotFoundError:  # a new instance's directory
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            fd = os.open(path, flags, 0o444)
+        try:
+            os.write(fd, access_text(access).encode())
+        finally:
+            os.close(fd)
 
 
 def reset_path(device_root: str | os.PathLike[str], minor: int) -> Path:
     """The node ``nvidia-modprobe -f`` would make for ``minor`` (see the module docstring)."""
+    from pathlib import Path
+
     return Path(device_root) / devices.RESET_DIR / f"nvidia-cap{minor}"
 
 
@@ -154,6 +186,8 @@ def reset_node(access_file: str | os.PathLike[str], device_root: str | os.PathLi
     """``nvidia-modprobe -f ACCESS_FILE``: returns ``"unchanged"``, ``"reset"`` or
     ``"not-modifiable"`` (``DeviceFileModify: 0``).  Raises OSError (ENOENT for a
     capability that does not exist, EPERM for a caller who may not make the node)."""
+    from pathlib import Path
+
     access = parse_access(Path(access_file).read_text(), str(access_file))
     if not access.modify:
         return "not-modifiable"
@@ -173,6 +207,8 @@ def node_as_opened(
 ) -> Path:
     """The node simulated CUDA opens for the capability of ``minor``: where the
     driver may modify device files, the node as ``nvidia-modprobe -f`` leaves it."""
+    from pathlib import Path
+
     node = devices.cap_path(Path(device_root), minor)
     try:
         access = parse_access(Path(access_file).read_text(), str(access_file))

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not imported at run time: the hooks' NVML path imports this module
+    from pathlib import Path
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255

@@ -18,7 +18,12 @@ rules of the real one that decide what a job gets (NVIDIA's MPS documentation,
   the clients that connect afterwards;
 - a client's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
   ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` can only lower its server's limits;
-- a client that cannot reach a daemon runs without MPS.
+- a client that cannot reach a daemon runs without MPS;
+- a server is a CUDA context on the GPU that its clients share: where
+  ``SLURMPOOL_SIM_STATE`` names the simulated node when the daemon starts, each
+  server registers on the served GPU, so the compute mode judges it
+  (:mod:`slurmpool.sim.processes`).  On an EXCLUSIVE_PROCESS GPU that another
+  context holds, the server does not start, and its clients fail.
 
 Without ``-d``/``-f`` it is the control client: each line of standard input is
 a command, its answer is printed (``echo get_server_list | ...``).  Commands
@@ -40,9 +45,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from slurmpool.sim.state import ENV_STATE_DIR
+
 DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"
 DEFAULT_LOG_DIR = "/var/log/nvidia-mps"
 PID_FILE = "nvidia-cuda-mps-control.pid"
+SERVER = "nvidia-cuda-mps-server"
 SOCKET = "control"
 # Internal requests of the simulated CUDA client (the real protocol is private).
 CLIENT = "__client"
@@ -117,9 +125,10 @@ class Server:
 class Daemon:
     """The control daemon's state and commands (one thread; one command per connection)."""
 
-    def __init__(self, gpu: str, log: str | None) -> None:
+    def __init__(self, gpu: str, log: str | None, state_dir: str | None = None) -> None:
         self.gpu = gpu
         self.log_path = log
+        self.state_dir = state_dir
         self.owner = os.geteuid()
         self.default_threads = 100
         self.default_pinned: dict[str, int] = {}
@@ -162,19 +171,54 @@ class Daemon:
                 signal.pause()
             finally:
                 os._exit(0)
-        self.server = Server(uid, pid, self.default_threads, dict(self.default_pinned))
         self.log(f"Starting new server {pid} for user {uid}")
+        try:
+            self._hold_context(pid)
+        except MpsError as e:
+            self._end(pid)
+            self.log(f"Server {pid} failed to start: {e}")
+            raise
+        self.server = Server(uid, pid, self.default_threads, dict(self.default_pinned))
         return self.server
 
-    def _stop_server(self) -> None:
-        if self.server is None:
+    def _hold_context(self, pid: int) -> None:
+        """Register the server ``pid`` as its clients' context on the served GPU."""
+        if self.state_dir is None:
             return
-        pid = self.server.pid
+        from slurmpool.sim.processes import attach_process
+        from slurmpool.sim.state import SimError, StateStore
+
+        try:
+            gpus = StateStore(self.state_dir).read()["gpus"]
+            index = next(
+                (g["index"] for g in gpus if self.gpu in (g["uuid"], str(g["index"]))), None
+            )
+            if index is None:
+                raise MpsError(f"no GPU {self.gpu} on the simulated node in {self.state_dir}")
+            attach_process(
+                self.state_dir, index, pid=pid, used_mib=0, util=0, name=SERVER, context=pid
+            )
+        except SimError as e:
+            raise MpsError(f"the MPS server could not create its context: {e}") from None
+
+    def _end(self, pid: int) -> None:
         try:
             os.kill(pid, signal.SIGTERM)
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+        if self.state_dir is not None:
+            from slurmpool.sim.processes import detach_process
+            from slurmpool.sim.state import SimError
+
+            with contextlib.suppress(OSError, SimError):
+                detach_process(self.state_dir, pid)
+
+    def _stop_server(self) -> None:
+        if self.server is None:
+            return
+        pid = self.server.pid
+        self._end(pid)
         self.log(f"Server {pid} exited")
         self.server = None
 
@@ -375,7 +419,8 @@ def _start(env: Mapping[str, str], foreground: bool) -> int:
         else:
             print(f"An instance of this daemon is already running in {pipe_dir}", file=sys.stderr)
             return 1
-    daemon = Daemon(gpu, os.path.join(log_dir, "control.log"))
+    state = env.get(ENV_STATE_DIR) or None
+    daemon = Daemon(gpu, os.path.join(log_dir, "control.log"), state)
     if foreground:
         serve(pipe_dir, daemon)
         return 0

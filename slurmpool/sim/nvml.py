@@ -63,10 +63,10 @@ import time
 from contextlib import contextmanager  # pynvml imports it anyway
 
 from slurmpool.catalogue import ComputeInstanceProfile, PartialCatalogue
+from slurmpool.driver.compute import COMPUTE_MODES
 from slurmpool.driver.pynvml_import import preload_pynvml
 from slurmpool.sim import capabilities
 from slurmpool.sim.faults import strike
-from slurmpool.sim.processes import COMPUTE_MODES
 from slurmpool.sim.state import (
     IMMEDIATE_MIG_MODE,
     SimError,
@@ -273,9 +273,10 @@ class SimNvml:
         if os.geteuid() not in st["admin_uids"]:
             raise _fail(pynvml.NVML_ERROR_NO_PERMISSION)
         with self._store.transaction() as fresh:
+            before = capabilities.wanted_access(fresh)
             yield fresh
             # The driver's capability access files follow its instances.
-            capabilities.sync_access_files(fresh)
+            capabilities.update_access_files(before, fresh)
 
     def _models(self) -> Catalogue:
         if self._catalogue is None:

@@ -7,10 +7,13 @@ like a CUDA allocation: asking for more than the device has free fails.
 
 A registration is a CUDA context, and the GPU's compute mode (nvmlComputeMode_t)
 decides whether it may have one: ``DEFAULT`` any number, ``PROHIBITED`` none,
-``EXCLUSIVE_PROCESS`` one.  Under MPS the clients share the MPS server's one
-context, so there the clients of the GPU's daemon are one context together and a
-process outside MPS is a second (NVIDIA's MPS guide recommends EXCLUSIVE_PROCESS
-with MPS for that reason: only the MPS server then reaches the GPU).
+``EXCLUSIVE_PROCESS`` one.  Under MPS the clients share their MPS server's one
+context: a process registers with ``context`` the PID of the server it is a
+client of (or is, for the server itself), and processes of one context count
+once; a process outside MPS is a context of its own.  So with EXCLUSIVE_PROCESS
+only one server's clients reach the GPU (NVIDIA's MPS guide recommends that mode
+with MPS for that reason), and a server cannot start while another context
+holds the GPU.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 
+from slurmpool.driver.compute import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, COMPUTE_PROHIBITED
 from slurmpool.sim.state import (
     SimDeviceBusy,
     SimError,
@@ -27,11 +31,6 @@ from slurmpool.sim.state import (
     process_start_time,
 )
 
-# nvmlComputeMode_t (1, EXCLUSIVE_THREAD, is no longer supported by the driver).
-COMPUTE_DEFAULT = 0
-COMPUTE_PROHIBITED = 2
-COMPUTE_EXCLUSIVE_PROCESS = 3
-COMPUTE_MODES = (COMPUTE_DEFAULT, COMPUTE_PROHIBITED, COMPUTE_EXCLUSIVE_PROCESS)
 BUSY = "all CUDA-capable devices are busy or unavailable"
 
 TYPE_CHECKING = False
@@ -73,14 +72,15 @@ def attach_process(
     used_mib: int,
     util: int,
     name: str = "",
-    mps: bool = False,
+    context: int | None = None,
 ) -> None:
     """Register ``pid`` on a GPU (``gi_id=None``) or a MIG device, or raise.
 
-    ``mps``: the process is a client of the GPU's MPS daemon (it shares the MPS
-    server's context).  Raises :class:`SimOutOfMemory` when ``used_mib`` does not
-    fit in the device's free memory, :class:`SimDeviceBusy` when the GPU's compute
-    mode refuses the context, :class:`SimError` when the device does not exist.
+    ``context``: the PID of the MPS server whose context the process shares (its
+    own PID for the server); None outside MPS.  Raises :class:`SimOutOfMemory` when
+    ``used_mib`` does not fit in the device's free memory, :class:`SimDeviceBusy`
+    when the GPU's compute mode refuses the context, :class:`SimError` when the
+    device does not exist.
     """
     if used_mib < 0 or not 0 <= util <= 100:
         raise SimError(f"bad process: memory {used_mib} MiB, utilisation {util}% (0..100)")
@@ -88,7 +88,7 @@ def attach_process(
     with StateStore(state_dir).transaction() as st:
         gpu = _device(st, gpu_index, gi_id, ci_id)
         gpu["processes"] = [p for p in gpu["processes"] if p["pid"] != pid]
-        _check_compute_mode(gpu, gi_id, ci_id, mps)
+        _check_compute_mode(gpu, gi_id, ci_id, pid if context is None else context)
         total, used = device_memory(st, gpu_index, gi_id)
         if used + used_mib > total:
             raise SimOutOfMemory(
@@ -105,13 +105,18 @@ def attach_process(
                 "used_mib": used_mib,
                 "util": util,
                 "name": name,
-                **({"mps": True} if mps else {}),
+                **({"context": context} if context is not None else {}),
             }
         )
 
 
-def _check_compute_mode(gpu: State, gi_id: int | None, ci_id: int | None, mps: bool) -> None:
-    """Raise :class:`SimDeviceBusy` where the GPU's compute mode refuses the context.
+def context_of(p: State) -> int:
+    """The CUDA context a registered process uses: its MPS server's, or its own."""
+    return int(p.get("context") or p["pid"])
+
+
+def _check_compute_mode(gpu: State, gi_id: int | None, ci_id: int | None, context: int) -> None:
+    """Raise :class:`SimDeviceBusy` where the GPU's compute mode refuses ``context``.
 
     The simulator counts contexts per CUDA device (the GPU, or one MIG device); how
     the real driver applies a compute mode to MIG devices is not measured here."""
@@ -120,16 +125,16 @@ def _check_compute_mode(gpu: State, gi_id: int | None, ci_id: int | None, mps: b
         raise SimDeviceBusy(f"{BUSY} (GPU {gpu['index']}: compute mode PROHIBITED)")
     if mode != COMPUTE_EXCLUSIVE_PROCESS:
         return
-    # The contexts on the device now: one per process outside MPS, one for all MPS clients.
     holders = [
         p
         for p in gpu["processes"]
-        if (p.get("gi"), p.get("ci")) == (gi_id, ci_id) and not (mps and p.get("mps"))
+        if (p.get("gi"), p.get("ci")) == (gi_id, ci_id) and context_of(p) != context
     ]
     if holders:
+        held = context_of(holders[0])
+        by = f"MPS server {held}" if holders[0].get("context") else f"pid {held}"
         raise SimDeviceBusy(
-            f"{BUSY} (GPU {gpu['index']}: compute mode EXCLUSIVE_PROCESS, "
-            f"held by pid {holders[0]['pid']}" + (" through MPS)" if holders[0].get("mps") else ")")
+            f"{BUSY} (GPU {gpu['index']}: compute mode EXCLUSIVE_PROCESS, held by {by})"
         )
 
 

@@ -306,7 +306,7 @@ def _on_device(
             pid=pid,
             used_mib=mem_mib,
             util=util,
-            mps=mps is not None,
+            context=None if mps is None else mps.server,
         )
     except SimOutOfMemory as e:
         print(f"error: CUDA {e}", file=sys.stderr)

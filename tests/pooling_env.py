@@ -368,8 +368,12 @@ def make_pool(
     sinfo = bin_dir / "sinfo"
     sinfo.write_text(FAKE_SINFO.format(calls=bin_dir / "calls.log", bin=bin_dir))
     sinfo.chmod(0o755)
-    mps_control = bin_dir / "nvidia-cuda-mps-control"  # the simulated one
-    mps_control.write_text(f'#!/bin/sh\nexec {sys.executable} -I -m slurmpool.sim.mps "$@"\n')
+    mps_control = bin_dir / "nvidia-cuda-mps-control"
+    # The simulated one, told where the node's GPUs are, so its servers hold their contexts.
+    mps_control.write_text(
+        f"#!/bin/sh\nSLURMPOOL_SIM_STATE={sim_dir} exec {sys.executable} -I -m slurmpool.sim.mps"
+        ' "$@"\n'
+    )
     mps_control.chmod(0o755)
     pool = Pool(root, config_path, sim_dir, dev, bin_dir)
     pool.set_job_record("0", "(null)")

@@ -643,6 +643,140 @@ def _owner(pid: int) -> int:
     return os.stat(f"/proc/{pid}").st_uid
 
 
+def _workload_env(pool: Pool, pipe: Path | None) -> dict[str, str]:
+    """A CUDA program's environment on GPU 0: a client of ``pipe``'s daemon, or (None)
+    one that steers around it."""
+    with pool.backend() as b:
+        uuid = b.gpu(0).uuid
+    outside = pool.root / "no-daemon-here"
+    return {
+        "PATH": "/usr/bin:/bin",
+        "SLURMPOOL_SIM_STATE": str(pool.sim_dir),
+        "CUDA_VISIBLE_DEVICES": uuid,
+        "CUDA_MPS_PIPE_DIRECTORY": str(pipe or outside),
+    }
+
+
+def _held_workload(env: dict[str, str], release: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slurmpool.sim.workload", "--until-file", str(release)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read() if proc.stderr else ""
+    return proc
+
+
+def _brief_workload(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "slurmpool.sim.workload", "--seconds", "0.1"]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_an_mps_gpu_is_exclusive_while_its_daemon_serves_it(shared_pool: Pool) -> None:
+    """The prolog puts the GPU in EXCLUSIVE_PROCESS before it starts the daemon: a CUDA
+    process that steers around the daemon is refused (the server holds the one
+    context), its clients are not; the last epilog gives back the site's mode."""
+    from slurmpool.driver.compute import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS
+
+    pool = shared_pool
+    with pool.backend() as b:
+        assert b.compute_mode(0) == COMPUTE_DEFAULT
+    env = pool.env("940", uid=0, user="root", SLURM_JOB_GPUS="0")
+    pool.set_allocation("940", 2, gres="shard")
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    assert "compute mode DEFAULT -> EXCLUSIVE_PROCESS" in err
+    with pool.backend() as b:
+        assert b.compute_mode(0) == COMPUTE_EXCLUSIVE_PROCESS
+    pipe = pool.run_dir / "mps" / "gpu0"
+    [server] = _mps(pipe, "get_server_list").split()
+    around = _brief_workload(_workload_env(pool, None))
+    assert around.returncode == 1
+    assert f"EXCLUSIVE_PROCESS, held by MPS server {server}" in around.stderr
+    client = _brief_workload(_workload_env(pool, pipe))
+    assert client.returncode == 0, client.stderr
+    assert f"mps: server {server}" in client.stdout
+    rc, _, err = pool.hook("epilog", env)
+    assert rc == 0, err
+    assert "compute mode back to DEFAULT" in err
+    with pool.backend() as b:
+        assert b.compute_mode(0) == COMPUTE_DEFAULT
+
+
+def test_a_context_taken_before_the_server_does_not_lock_the_share_holders_out(
+    shared_pool: Pool, tmp_path: Path
+) -> None:
+    """A process that holds the GPU outside MPS when a share job starts (it took the
+    one context while no server ran) would keep every server out: the prolog stops it,
+    says so, and the job's clients run."""
+    pool = shared_pool
+    release = tmp_path / "release"
+    squatter = _held_workload(_workload_env(pool, None), release)
+    try:
+        env = pool.env("941", uid=0, user="root", SLURM_JOB_GPUS="0")
+        pool.set_allocation("941", 1, gres="shard")
+        rc, _, err = pool.hook("prolog", env)
+        assert rc == 0, err
+        assert "action=outside-mps" in err and f"pids={squatter.pid}" in err
+        assert squatter.wait(60) != 0  # stopped
+        client = _brief_workload(_workload_env(pool, pool.run_dir / "mps" / "gpu0"))
+        assert client.returncode == 0, client.stderr
+        assert pool.hook("epilog", env)[0] == 0
+    finally:
+        release.touch()
+        if squatter.poll() is None:
+            squatter.kill()
+        squatter.wait(60)
+
+
+def test_a_daemon_that_refuses_requeues_the_job_and_never_drains(shared_pool: Pool) -> None:
+    pool = shared_pool
+    program = pool.bin_dir / "nvidia-cuda-mps-control"
+    program.write_text("#!/bin/sh\necho 'the server of user 1001 has clients' >&2\nexit 1\n")
+    env = pool.env("942", SLURM_JOB_GPUS="0")
+    pool.set_allocation("942", 1, gres="shard")
+    rc, _, err = pool.hook("prolog", env)
+    assert rc == 0, err
+    assert "action=requeue " in err and "MPS daemon busy" in err
+    assert "requeue 942" in pool.calls
+    assert pool.slurm_calls()[-1] == f"update jobid=942 ExcNodeList={NODE}"
+    with pool.store() as store:
+        assert store.live() == []  # the share went back with the job
+
+
+def test_reconcile_stands_down_what_a_crashed_epilog_left(shared_pool: Pool) -> None:
+    """The epilog died after the job's share went back: the daemon still runs and the
+    GPU is still exclusive.  The next share job's prolog stops the one and gives back
+    the other."""
+    from slurmpool.driver.compute import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS
+
+    pool = shared_pool
+    env = pool.env("943", SLURM_JOB_GPUS="0")
+    pool.set_allocation("943", 1, gres="shard")
+    assert pool.hook("prolog", env)[0] == 0
+    with pool.store() as store, store.transaction():
+        for a in store.live():
+            store.set_state(a.id, RELEASED, note="released by an epilog that then died")
+    pipe = pool.run_dir / "mps" / "gpu0"
+    assert (pipe / "nvidia-cuda-mps-control.pid").exists()
+    other = pool.env("944", SLURM_JOB_GPUS="1")
+    pool.set_allocation("944", 1, gres="shard")
+    rc, _, err = pool.hook("prolog", other)
+    assert rc == 0, err
+    assert "GPU 0: daemon stopped" in err and "GPU 0: compute mode back to DEFAULT" in err
+    assert not (pipe / "nvidia-cuda-mps-control.pid").exists()
+    with pool.backend() as b:
+        assert (b.compute_mode(0), b.compute_mode(1)) == (
+            COMPUTE_DEFAULT,
+            COMPUTE_EXCLUSIVE_PROCESS,
+        )
+    assert pool.hook("epilog", other)[0] == 0
+
+
 def test_a_shared_gpu_given_whole_is_a_whole_gpu(shared_pool: Pool) -> None:
     pool = shared_pool
     env = pool.env("910", SLURM_JOB_GPUS="1,2")  # gpu:2, one of them a shared GPU

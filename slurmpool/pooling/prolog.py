@@ -32,7 +32,7 @@ from slurmpool.pooling.exports import exports
 from slurmpool.pooling.mig import MigGpu, occupancy, plan_instances
 from slurmpool.pooling.node import Broken
 from slurmpool.pooling.procs import stop_processes
-from slurmpool.pooling.reconcile import claim, reconcile, settle
+from slurmpool.pooling.reconcile import claim, reconcile, settle, stand_down_mps
 from slurmpool.pooling.release import ReleaseError, kill_grace, undo
 from slurmpool.pooling.request import (
     RequestError,
@@ -69,9 +69,17 @@ class NoRoom(Exception):
     """Not now: the job goes back to the queue."""
 
 
-class Fragmented(NoRoom):
-    """Not now, and not here until a job on this node ends and frees slices: the job is
-    kept off the node until then (:mod:`slurmpool.pooling.exclude`)."""
+class NotHereNow(NoRoom):
+    """Not now, and not here until a job on this node ends: the job is kept off the
+    node until then (:mod:`slurmpool.pooling.exclude`)."""
+
+
+class Fragmented(NotHereNow):
+    """No room for the job's instances until a job on this node frees slices."""
+
+
+class SharedGpuBusy(NotHereNow):
+    """The shared GPU's MPS daemon is busy, refused, or did not answer in time."""
 
 
 class NeverHere(Exception):
@@ -189,6 +197,9 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
     if not todo.empty:
         for line in settle(node, todo):
             log.event("reconciled", job=job.job_id, detail=line)
+    if mode is GpuMode.SHARED:
+        for line in stand_down_mps(node):
+            log.event("reconciled", job=job.job_id, detail=line)
     mine = store.for_job(job.job_id)
     if mine and complete(mine):
         # The prolog ran again for an allocated job: hand out the same again.
@@ -210,7 +221,7 @@ def _prolog(node: Node, job: Job, env: Mapping[str, str], slurm: SlurmFactory) -
             _shared(node, job, req.count, shard_gpu)
     except (NoRoom, NeverHere, NoRoomError) as e:  # NoRoomError: an unrecorded instance
         _undo_job(node, job, "requeued")
-        hold, exclude = isinstance(e, NeverHere), isinstance(e, Fragmented)
+        hold, exclude = isinstance(e, NeverHere), isinstance(e, NotHereNow)
         rc = _requeue(node, job, slurm, str(e), hold=hold, exclude=exclude)
         if mode is GpuMode.MIG and publish.fit_pooled(node):
             # Slurm sent a job the node could not carve (what it was told is out of
@@ -500,7 +511,9 @@ def _shared(node: Node, job: Job, count: int, gpu: NodeGpu | None) -> None:
         # The limits the job's environment cannot raise: its user's MPS server's.
         try:
             done = mps.limit_user(node, job, gpu, info.uuid, info.memory_total_mib)
-        except (mps.MpsError, OSError) as e:
+        except mps.MpsBusy as e:
+            raise SharedGpuBusy(f"GPU {gpu.index}: MPS daemon busy: {e}") from None
+        except (mps.MpsError, GpuBackendError, OSError) as e:
             raise Broken(f"GPU {gpu.index}: MPS limits not set: {e}") from None
         node.log.event("mps", job=job.job_id, gpu=gpu.index, detail=done)
 

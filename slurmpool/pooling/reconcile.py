@@ -261,7 +261,22 @@ def settle(node: Node, todo: ReconcilePlan, patience_s: float = PATIENCE_S) -> l
 
 
 def reconcile(node: Node, patience_s: float = PATIENCE_S) -> list[str]:
-    """Claim under the node lock, then settle outside it (the caller holds no transaction)."""
+    """Claim under the node lock, then settle outside it (the caller holds no transaction);
+    then stand down the MPS daemons of GPUs no share holds any longer."""
     with node.store().transaction():
         todo = claim(node)
-    return [] if todo.empty else settle(node, todo, patience_s)
+    done = [] if todo.empty else settle(node, todo, patience_s)
+    return done + stand_down_mps(node)
+
+
+def stand_down_mps(node: Node) -> list[str]:
+    """Stop the MPS daemons of GPUs no share holds any longer and give back their
+    compute modes (what a crashed epilog left)."""
+    if not any(g.mps for g in node.gpus(GpuMode.SHARED)):
+        return []
+    from slurmpool.pooling import mps
+
+    try:
+        return mps.tidy(node)
+    except (mps.MpsError, GpuBackendError, OSError) as e:
+        return [f"MPS daemons not stood down: {e}"]

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpool.configgen.nodeconfig import NODE_CONFIG_ENV, NODE_CONFIG_NAME
+from slurmpool.gpu.select import sim_state_dir
 from slurmpool.install import (
     MANIFEST_NAME,
     STATE_DIR_MODE,
@@ -1008,6 +1009,8 @@ class Sandbox:
             return  # a real program the sandbox must not replace
         path.parent.mkdir(parents=True, exist_ok=True)
         env = f"PYTHONPATH={shlex.quote(python_path)} " if python_path else ""
+        # The node's simulated GPUs, where its servers hold their CUDA contexts.
+        env += f"SLURMPOOL_SIM_STATE={shlex.quote(sim_state_dir(policy.gpu_backend) or '')} "
         path.write_text(
             "#!/bin/sh\n# The simulator's MPS control daemon, standing in for NVIDIA's.\n"
             f'{env}exec {shlex.quote(python)} -m slurmpool.sim.mps "$@"\n'

@@ -22,7 +22,7 @@ from polling import poll
 from slurmpool.sandbox.cluster import Sandbox, host_fences_devices
 
 from .conftest import Cluster
-from .test_pooling import cancel, hook_lines, submit_on, workload
+from .test_pooling import cancel, hook_lines, node_info, submit_on, workload
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -182,3 +182,33 @@ def test_a_share_is_held_to_its_mps_limits_whatever_its_environment_asks(
     assert "over=4" in text and "MPS pinned device memory limit is 20480 MiB" in text
     lines = [ln for ln in hook_lines(cluster, "sbx1", job) if "action=mps" in ln]
     assert any("25% threads, 20480 MiB pinned (1/4)" in ln for ln in lines), lines
+
+
+def test_a_share_that_steers_around_its_mps_daemon_gets_no_gpu(own_sandbox: Sandbox) -> None:
+    """Finding: MPS limits bind only the daemon's clients.  A job that points
+    CUDA_MPS_PIPE_DIRECTORY elsewhere (or unsets it) asks for a CUDA context of its own,
+    with no limit: the prolog put the GPU in EXCLUSIVE_PROCESS, where the MPS server's
+    context is the only one, so the driver refuses it (exit 1, "busy or
+    unavailable"), while the job's client of the daemon runs; the node stays up."""
+    cluster = Cluster.of_own_sandbox(own_sandbox, "work-mps-around")
+    py = needs.python_for_jobs_shell()
+    run = f"{py} -m slurmpool.sim.workload --seconds 0.5"
+    out = cluster.workdir / "around.out"
+    job = submit_on(
+        cluster,
+        "sbx1",
+        "--gres=vgpu:1",
+        out,
+        f"{run} --mem-mib 1000; echo client=$?; "
+        f"CUDA_MPS_PIPE_DIRECTORY=/nonexistent/mps {run} --mem-mib 70000; echo elsewhere=$?; "
+        f"env -u CUDA_MPS_PIPE_DIRECTORY {run} --mem-mib 70000; echo unset=$?",
+        user="sp-alice",
+    )
+    assert cluster.wait(job, 60) == "COMPLETED"
+    text = out.read_text()
+    assert "client=0" in text and "active threads 25%" in text, text
+    assert "elsewhere=1" in text and "unset=1" in text, text
+    assert text.count("compute mode EXCLUSIVE_PROCESS, held by MPS server") == 2, text
+    lines = [ln for ln in hook_lines(cluster, "sbx1", job) if "action=mps" in ln]
+    assert any("-> EXCLUSIVE_PROCESS" in ln for ln in lines), lines
+    assert "DRAIN" not in node_info(cluster, "sbx1").flags

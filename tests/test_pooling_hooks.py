@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -637,6 +638,28 @@ def _mps(pipe: Path, line: str) -> str:
     ok, answer = request(str(pipe), line)
     assert ok, answer
     return answer
+
+
+def test_only_the_share_holders_reach_the_gpus_daemon(shared_pool: Pool) -> None:
+    """The pipe directory is root's with an ACL naming the users with a share of the GPU;
+    it follows their shares as jobs come and go."""
+    from slurmpool.pooling.acl import traversers
+
+    pool = shared_pool
+    alice = pool.env("950", uid=1000, user="alice", SLURM_JOB_GPUS="0")
+    pool.set_allocation("950", 1, gres="shard")
+    carol = pool.env("951", uid=1001, user="carol", SLURM_JOB_GPUS="0")
+    pool.set_allocation("951", 1, gres="shard")
+    pipe = str(pool.run_dir / "mps" / "gpu0")
+    assert pool.hook("prolog", alice)[0] == 0
+    assert traversers(pipe) == {1000}
+    assert stat.S_IMODE(os.stat(pipe).st_mode) == 0o710 and os.stat(pipe).st_uid == 0
+    assert pool.hook("prolog", carol)[0] == 0
+    assert traversers(pipe) == {1000, 1001}
+    assert pool.hook("epilog", alice)[0] == 0
+    assert traversers(pipe) == {1001}
+    assert pool.hook("epilog", carol)[0] == 0
+    assert not os.path.exists(os.path.join(pipe, "nvidia-cuda-mps-control.pid"))
 
 
 def _owner(pid: int) -> int:

@@ -26,6 +26,11 @@ holds the GPU's one context outside MPS (it took it while no server ran) would
 keep every share holder's server out: the prolog stops it before it starts its
 server.  A daemon that is busy, refuses or does not answer within the hook's
 time makes the job wait its turn elsewhere (:class:`MpsBusy`), never a drain.
+
+The pipe directory is root's with an ACL that lets through only the users who
+hold a share of the GPU (:func:`let_in`): any other job on the node could
+otherwise connect, hold the daemon for its own user, and keep the share
+holders waiting.
 """
 
 from __future__ import annotations
@@ -119,9 +124,10 @@ class MpsControl:
         return self._run([], line + "\n")
 
     def running(self) -> bool:
-        # Every user's clients connect in the pipe directory.  A link in its place
+        # The share holders' clients connect in the pipe directory.  A link in its place
         # would lead root to a daemon of someone else's: it is made root's own first.
-        own_dir(self.pipe, 0o755, parents=2)
+        # Its mode is its ACL's (:func:`let_in`), left as it is.
+        own_dir(self.pipe, -1, parents=2)
         if not os.path.exists(os.path.join(self.pipe, PID_FILE)):
             return False
         try:
@@ -252,12 +258,27 @@ def user_shares(records: Sequence[Allocation], gpu_index: int, uid: int) -> int:
     )
 
 
+def holders(records: Sequence[Allocation], gpu_index: int) -> set[int]:
+    """The uids with a live share of ``gpu_index``."""
+    return {r.uid for r in records if r.mode is GpuMode.SHARED and r.gpu_index == gpu_index}
+
+
+def let_in(ctl: MpsControl, gpu_index: int, records: Sequence[Allocation]) -> None:
+    """Only the users holding a share of the GPU reach its daemon: its pipe directory
+    is root's, 0700, with an ACL letting each of them through (others' jobs on the node,
+    CPU-only ones included, can neither hold the daemon nor talk to it)."""
+    from slurmpool.pooling.acl import let_traverse
+
+    let_traverse(ctl.pipe, holders(records, gpu_index))
+
+
 def limit_user(node: Node, job: Job, gpu: NodeGpu, gpu_uuid: str, memory_mib: int) -> str:
     """Start the GPU's daemon if need be and hold the job's user's server to the
     user's shares of the GPU; returns what was done, for the log."""
     ctl = control_for(node, gpu.index)
     mode = hold_exclusive(node, gpu)  # before the daemon, before any process of the job
     started = not ctl.running()
+    let_in(ctl, gpu.index, node.store().live())
     if started:
         ctl.start(gpu_uuid)
     ctl.set_defaults(*share_limits(1, gpu.shares, memory_mib))
@@ -295,6 +316,7 @@ def after_release(node: Node, released: Sequence[Allocation]) -> list[str]:
         ctl = control_for(node, a.gpu_index)
         if not ctl.running():
             continue
+        let_in(ctl, a.gpu_index, live)
         held = user_shares(live, a.gpu_index, a.uid)
         total = int(a.details.get("total_shares", a.shares or 1))
         memory = int(a.details.get("memory_mib", 0))

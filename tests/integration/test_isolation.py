@@ -22,7 +22,15 @@ from polling import poll
 from slurmpool.sandbox.cluster import Sandbox, host_fences_devices
 
 from .conftest import Cluster
-from .test_pooling import cancel, hook_lines, node_info, submit_on, workload
+from .test_pooling import (
+    cancel,
+    first_line,
+    held,
+    hook_lines,
+    node_info,
+    submit_on,
+    workload,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -211,4 +219,49 @@ def test_a_share_that_steers_around_its_mps_daemon_gets_no_gpu(own_sandbox: Sand
     assert text.count("compute mode EXCLUSIVE_PROCESS, held by MPS server") == 2, text
     lines = [ln for ln in hook_lines(cluster, "sbx1", job) if "action=mps" in ln]
     assert any("-> EXCLUSIVE_PROCESS" in ln for ln in lines), lines
+    assert "DRAIN" not in node_info(cluster, "sbx1").flags
+
+
+def test_another_users_cpu_job_cannot_reach_a_gpus_mps_daemon(own_sandbox: Sandbox) -> None:
+    """Finding: the pipe directories were world-traversable, and another user's CPU-only
+    job connected to a GPU's control pipe (it could hold the daemon for its own user).
+    Now the directory lets through only the users holding a share of that GPU."""
+    cluster = Cluster.of_own_sandbox(own_sandbox, "work-mps-pipe")
+    release = cluster.release_file("alice-share")
+    alice_out, bob_out = cluster.workdir / "alice.out", cluster.workdir / "bob.out"
+    alice = submit_on(
+        cluster,
+        "sbx1",
+        "--gres=vgpu:1",
+        alice_out,
+        f"echo $CUDA_MPS_PIPE_DIRECTORY; {held(release)}",
+        user="sp-alice",
+    )
+    try:
+        pipe = poll("alice's pipe directory", lambda: first_line(alice_out), 60)
+        assert pipe.startswith("/"), pipe
+        py = needs.python_for_jobs_shell()
+        connect = (
+            "import socket, sys\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "try:\n    s.connect(sys.argv[1]); print('bob=connected')\n"
+            "except OSError as e:\n    print('bob=' + type(e).__name__)\n"
+        )
+        script = cluster.workdir / "connect.py"
+        script.write_text(connect)
+        script.chmod(0o644)
+        bob = cluster.submit(
+            "-w",
+            "sbx1",
+            "-o",
+            str(bob_out),
+            "--wrap",
+            f"{py} {script} {pipe}/control",
+            user="sp-bob",
+        )
+        assert cluster.wait(bob, 60) == "COMPLETED"
+        assert "bob=PermissionError" in bob_out.read_text()
+    finally:
+        release.touch()
+    assert cluster.wait(alice, 60) == "COMPLETED"
     assert "DRAIN" not in node_info(cluster, "sbx1").flags

@@ -310,7 +310,7 @@ def after_release(node: Node, released: Sequence[Allocation]) -> list[str]:
     for a in released:
         if a.mode is not GpuMode.SHARED or not a.details.get("mps"):
             continue
-        if not any(r.mode is GpuMode.SHARED and r.gpu_index == a.gpu_index for r in live):
+        if not holders(live, a.gpu_index):
             done.extend(_stand_down(node, a.gpu_index))
             continue
         ctl = control_for(node, a.gpu_index)
@@ -347,7 +347,7 @@ def tidy(node: Node) -> list[str]:
     live = node.store().live()
     done = []
     for g in node.gpus(GpuMode.SHARED):
-        if not g.mps or any(r.mode is GpuMode.SHARED and r.gpu_index == g.index for r in live):
+        if not g.mps or holders(live, g.index):
             continue
         done.extend(_stand_down(node, g.index))
     return done

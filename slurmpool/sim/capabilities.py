@@ -5,8 +5,9 @@
   uses for ``/dev/nvidiaN``.
 - ``capabilities/mig/{config,monitor}`` exist on every node; each GPU and
   compute instance has its ``access`` file from its creation to its
-  destruction (:func:`sync_access_files` runs after every change of the
-  instances).  GI and CI capabilities advertise ``DeviceFileMode: 292`` (0444),
+  destruction (:func:`update_access_files` after each MIG administration
+  call, :func:`sync_access_files` when a node is made or reset).  GI and CI
+  capabilities advertise ``DeviceFileMode: 292`` (0444),
   ``config`` 256 (0400), ``monitor`` 292, and ``DeviceFileModify`` follows
   ``ModifyDeviceFiles``.
 - :func:`reset_node` is what ``nvidia-modprobe -f <access file>`` does where
